@@ -1,0 +1,1 @@
+"""PySpark job that replays captured RocketMQ traffic at scale."""

@@ -1,0 +1,1 @@
+"""Command-line tools: the ``rmqgate`` CLI, pcap decoding, capture files, recording proxy, replay."""

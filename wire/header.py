@@ -1,0 +1,176 @@
+"""Typed custom headers: declared once as dataclasses, compiled to extFields codecs.
+
+A header class lists its fields in RocketMQ's order with ``wire(...)``; fields without a default are
+``@CFNotNull`` (required). ``@command_header`` turns the declaration into generated functions:
+``from_ext`` / ``to_ext`` for the long Java field names and, when the class declares one-letter
+aliases (SendMessageRequestHeaderV2), ``from_ext_v2`` / ``to_ext_v2``. Generated code avoids any
+per-field reflection on the hot path, like construct's ``compile()``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import typing
+from collections.abc import Callable
+from typing import Any, ClassVar, TypeVar
+
+from rmqgate.wire.errors import HeaderFieldError
+
+T = TypeVar("T")
+
+_MISSING = dataclasses.MISSING
+
+
+def wire(name: str | None = None, *, alias: str | None = None, default: Any = _MISSING) -> Any:
+    """Declare a header field: its Java name (default: the attribute in camelCase) and V2 alias."""
+    return dataclasses.field(default=default, metadata={"wire": name, "alias": alias})
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part[:1].upper() + part[1:] for part in rest)
+
+
+def parse_bool(value: str) -> bool:
+    """Java's Boolean.parseBoolean, plus "1" (what the C++ client sends for true)."""
+    return value == "1" or value.lower() == "true"
+
+
+def format_value(value: object) -> str:
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    return str(value)
+
+
+class HeaderField(typing.NamedTuple):
+    attr: str
+    wire: str
+    alias: str | None
+    kind: type  # str, int or bool
+    required: bool
+    default: Any
+
+
+class CommandHeader:
+    """Base of every typed header; the decorator fills in the codec functions."""
+
+    FIELDS: ClassVar[tuple[HeaderField, ...]] = ()
+    from_ext: ClassVar[Callable[[dict[str, str]], Any]]
+    from_ext_v2: ClassVar[Callable[[dict[str, str]], Any]]
+
+    def to_ext(self) -> dict[str, str]:
+        raise NotImplementedError
+
+    def to_ext_v2(self) -> dict[str, str]:
+        raise NotImplementedError
+
+
+_CONVERTERS = {str: "", int: "_int", bool: "_bool"}
+
+
+def _field_kind(hint: Any) -> type:
+    args = [a for a in typing.get_args(hint) if a is not type(None)] or [hint]
+    kind = args[0]
+    if kind not in _CONVERTERS:
+        raise TypeError(f"unsupported header field type {hint!r}")
+    return kind
+
+
+def _gen_decoder(
+    cls: type, fields: tuple[HeaderField, ...], use_alias: bool
+) -> Callable[[dict[str, str]], Any]:
+    lines = ["def decode(ext):", "    g = ext.get", "    try:"]
+    args = []
+    for i, f in enumerate(fields):
+        key = f.alias if use_alias and f.alias else f.wire
+        conv = _CONVERTERS[f.kind]
+        var = f"v{i}"
+        args.append(var)
+        if f.required:
+            lines.append(f"        {var} = ext[{key!r}]")
+            if conv:
+                lines.append(f"        {var} = {conv}({var})")
+        else:
+            lines.append(f"        {var} = g({key!r})")
+            lines.append(f"        {var} = _d{i} if {var} is None else {conv}({var})")
+    lines.append(f"        return _cls({', '.join(args)})")
+    lines.append("    except KeyError as exc:")
+    lines.append("        raise _error(_cls, ext, exc, True) from None")
+    lines.append("    except (ValueError, TypeError) as exc:")
+    lines.append("        raise _error(_cls, ext, exc, False) from None")
+    namespace: dict[str, Any] = {"_cls": cls, "_int": int, "_bool": parse_bool, "_error": _field_error}
+    for i, f in enumerate(fields):
+        namespace[f"_d{i}"] = None if f.required else f.default
+    exec("\n".join(lines), namespace)
+    return namespace["decode"]
+
+
+def _gen_encoder(fields: tuple[HeaderField, ...], use_alias: bool) -> Callable[[Any], dict[str, str]]:
+    lines = ["def encode(self):", "    out = {}"]
+    for f in fields:
+        key = f.alias if use_alias and f.alias else f.wire
+        lines.append(f"    v = self.{f.attr}")
+        lines.append("    if v is not None:")
+        lines.append(f"        out[{key!r}] = _fmt(v)" if f.kind is not str else f"        out[{key!r}] = v")
+    lines.append("    return out")
+    namespace: dict[str, Any] = {"_fmt": format_value}
+    exec("\n".join(lines), namespace)
+    return namespace["encode"]
+
+
+def _field_error(cls: type, ext: dict[str, str], exc: Exception, missing: bool) -> HeaderFieldError:
+    if missing:
+        name = exc.args[0] if exc.args else "?"
+        return HeaderFieldError(f"{cls.__name__}: required field {name!r} is missing")
+    for f in cls.FIELDS:  # type: ignore[attr-defined]
+        for key in (f.wire, f.alias):
+            value = ext.get(key) if key else None
+            if value is None or f.kind is str:
+                continue
+            try:
+                (int if f.kind is int else parse_bool)(value)
+            except (ValueError, TypeError, AttributeError):
+                return HeaderFieldError(
+                    f"{cls.__name__}: field {key!r} = {value!r} is not a valid {f.kind.__name__}"
+                )
+    return HeaderFieldError(f"{cls.__name__}: {exc}")
+
+
+C = TypeVar("C", bound=type)
+
+
+def command_header(cls: C) -> C:
+    """Make ``cls`` a slotted dataclass with generated extFields codecs."""
+    cls = dataclasses.dataclass(slots=True)(cls)
+    hints = typing.get_type_hints(cls)
+    fields = []
+    for f in dataclasses.fields(cls):
+        meta = f.metadata
+        fields.append(
+            HeaderField(
+                attr=f.name,
+                wire=meta.get("wire") or _camel(f.name),
+                alias=meta.get("alias"),
+                kind=_field_kind(hints[f.name]),
+                required=f.default is _MISSING and f.default_factory is _MISSING,
+                default=None if f.default is _MISSING else f.default,
+            )
+        )
+    declared = tuple(fields)
+    cls.FIELDS = declared
+    cls.from_ext = staticmethod(_gen_decoder(cls, declared, use_alias=False))
+    cls.to_ext = _gen_encoder(declared, use_alias=False)
+    if any(f.alias for f in declared):
+        cls.from_ext_v2 = staticmethod(_gen_decoder(cls, declared, use_alias=True))
+        cls.to_ext_v2 = _gen_encoder(declared, use_alias=True)
+    return cls
+
+
+_SNAKE = re.compile(r"(?<!^)(?=[A-Z])")
+
+
+def snake(name: str) -> str:
+    return _SNAKE.sub("_", name).lower()

@@ -1,0 +1,185 @@
+"""Header serializations: JSON (fastjson-compatible) and ROCKETMQ binary (``layout.RocketMQHeader``)."""
+
+from __future__ import annotations
+
+import json
+
+from rmqgate.wire.codes import LanguageCode, SerializeType
+from rmqgate.wire.command import RemotingCommand
+from rmqgate.wire.errors import HeaderError
+from rmqgate.wire.layout import (
+    EXT_KEY_LENGTH,
+    EXT_TOTAL_LENGTH,
+    EXT_VALUE_LENGTH,
+    REMARK_LENGTH,
+    ROCKETMQ_FIXED,
+)
+
+_LANGUAGE_BY_NAME = {lang.name: int(lang) for lang in LanguageCode}
+_LANGUAGE_NAME = {int(lang): lang.name for lang in LanguageCode}
+_SERIALIZE_NAME = {int(t): t.name for t in SerializeType}
+
+_json_decode = json.JSONDecoder().decode
+_json_encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+
+
+def _ext_value(value: object) -> str:
+    """Normalise a JSON extFields value to the string Java would have sent."""
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if isinstance(value, int | float):
+        return str(value)
+    return _json_encode(value)
+
+
+def decode_json_header(data: bytes | bytearray | memoryview) -> RemotingCommand:
+    try:
+        header = _json_decode(str(data, "utf-8"))
+    except UnicodeDecodeError as exc:
+        raise HeaderError(f"JSON header is not valid UTF-8: {exc.reason} at byte {exc.start}") from None
+    except ValueError as exc:
+        raise HeaderError(f"JSON header does not parse: {exc}") from None
+    if type(header) is not dict:
+        raise HeaderError(f"JSON header is a {type(header).__name__}, not an object")
+    try:
+        code = header["code"]
+        language = header.get("language", "JAVA")
+        version = header.get("version", 0)
+        opaque = header.get("opaque", 0)
+        flag = header.get("flag", 0)
+        remark = header.get("remark")
+        ext = header.get("extFields")
+    except KeyError:
+        raise HeaderError("JSON header has no 'code'") from None
+    if type(code) is not int or type(version) is not int or type(opaque) is not int or type(flag) is not int:
+        raise HeaderError("JSON header fields code/version/opaque/flag must be integers")
+    if type(language) is str:
+        language = _LANGUAGE_BY_NAME.get(language, LanguageCode.OTHER)
+    elif type(language) is not int:
+        raise HeaderError(f"JSON header 'language' is {language!r}")
+    if remark is not None and type(remark) is not str:
+        remark = _ext_value(remark)
+    if ext is not None:
+        if type(ext) is not dict:
+            raise HeaderError(f"JSON header 'extFields' is a {type(ext).__name__}, not an object")
+        for value in ext.values():
+            if type(value) is not str:
+                ext = {k: _ext_value(v) for k, v in ext.items() if v is not None}
+                break
+    cmd = RemotingCommand.__new__(RemotingCommand)
+    cmd.code = code
+    cmd.language = language
+    cmd.version = version
+    cmd.opaque = opaque
+    cmd.flag = flag
+    cmd.remark = remark
+    cmd.ext_fields = ext
+    cmd.body = None
+    cmd.serialize_type = SerializeType.JSON
+    return cmd
+
+
+def encode_json_header(cmd: RemotingCommand) -> bytes:
+    """fastjson's output for a RemotingCommand: keys sorted, nulls skipped."""
+    header: dict[str, object] = {"code": cmd.code}
+    if cmd.ext_fields is not None:
+        header["extFields"] = cmd.ext_fields
+    header["flag"] = cmd.flag
+    header["language"] = _LANGUAGE_NAME.get(cmd.language, "OTHER")
+    header["opaque"] = cmd.opaque
+    if cmd.remark is not None:
+        header["remark"] = cmd.remark
+    header["serializeTypeCurrentRPC"] = _SERIALIZE_NAME[cmd.serialize_type]
+    header["version"] = cmd.version
+    return _json_encode(header).encode()
+
+
+_FIXED_SIZE = ROCKETMQ_FIXED.size
+_unpack_fixed = ROCKETMQ_FIXED.unpack_from
+_unpack_remark_len = REMARK_LENGTH.unpack_from
+_unpack_ext_len = EXT_TOTAL_LENGTH.unpack_from
+_unpack_key_len = EXT_KEY_LENGTH.unpack_from
+_unpack_value_len = EXT_VALUE_LENGTH.unpack_from
+_KEY_LEN_SIZE = EXT_KEY_LENGTH.size
+_VALUE_LEN_SIZE = EXT_VALUE_LENGTH.size
+
+
+def decode_rocketmq_header(data: bytes | bytearray | memoryview) -> RemotingCommand:
+    end = len(data)
+    try:
+        code, language, version, opaque, flag = _unpack_fixed(data, 0)
+        pos = _FIXED_SIZE
+        (length,) = _unpack_remark_len(data, pos)
+        pos += REMARK_LENGTH.size
+        if length < 0 or pos + length > end:
+            raise HeaderError(f"ROCKETMQ header remark length {length} exceeds the header ({end} bytes)")
+        remark = str(data[pos : pos + length], "utf-8") if length else None
+        pos += length
+        (length,) = _unpack_ext_len(data, pos)
+        pos += EXT_TOTAL_LENGTH.size
+        if length < 0 or pos + length > end:
+            raise HeaderError(f"ROCKETMQ header extFields length {length} exceeds the header ({end} bytes)")
+        ext = None
+        if length:
+            ext = {}
+            stop = pos + length
+            while pos < stop:
+                (klen,) = _unpack_key_len(data, pos)
+                pos += _KEY_LEN_SIZE
+                if klen < 0 or pos + klen > stop:
+                    raise HeaderError(f"ROCKETMQ header extFields key length {klen} overruns the map")
+                key = str(data[pos : pos + klen], "utf-8")
+                pos += klen
+                (vlen,) = _unpack_value_len(data, pos)
+                pos += _VALUE_LEN_SIZE
+                if vlen < 0 or pos + vlen > stop:
+                    raise HeaderError(f"ROCKETMQ header extFields value length {vlen} overruns the map")
+                ext[key] = str(data[pos : pos + vlen], "utf-8")
+                pos += vlen
+        if pos != end:
+            raise HeaderError(f"ROCKETMQ header has {end - pos} trailing bytes")
+    except UnicodeDecodeError as exc:
+        raise HeaderError(f"ROCKETMQ header string is not valid UTF-8: {exc.reason}") from None
+    except HeaderError:
+        raise
+    except Exception as exc:  # struct.error on a short header
+        raise HeaderError(f"ROCKETMQ header truncated ({end} bytes): {exc}") from None
+    cmd = RemotingCommand.__new__(RemotingCommand)
+    cmd.code = code
+    cmd.language = language
+    cmd.version = version
+    cmd.opaque = opaque
+    cmd.flag = flag
+    cmd.remark = remark
+    cmd.ext_fields = ext
+    cmd.body = None
+    cmd.serialize_type = SerializeType.ROCKETMQ
+    return cmd
+
+
+def encode_rocketmq_header(cmd: RemotingCommand) -> bytes:
+    parts = [ROCKETMQ_FIXED.pack(cmd.code, cmd.language, cmd.version, cmd.opaque, cmd.flag)]
+    remark = cmd.remark.encode() if cmd.remark else b""
+    parts.append(REMARK_LENGTH.pack(len(remark)))
+    parts.append(remark)
+    if cmd.ext_fields:
+        entries = []
+        for key, value in cmd.ext_fields.items():
+            k = key.encode()
+            v = str(value).encode()
+            entries.append(EXT_KEY_LENGTH.pack(len(k)))
+            entries.append(k)
+            entries.append(EXT_VALUE_LENGTH.pack(len(v)))
+            entries.append(v)
+        ext = b"".join(entries)
+        parts.append(EXT_TOTAL_LENGTH.pack(len(ext)))
+        parts.append(ext)
+    else:
+        parts.append(EXT_TOTAL_LENGTH.pack(0))
+    return b"".join(parts)
+
+
+DECODERS = (decode_json_header, decode_rocketmq_header)
+ENCODERS = (encode_json_header, encode_rocketmq_header)
