@@ -1,0 +1,230 @@
+"""The store's interface for the broker's processors (no sockets, no request codes).
+
+Usage::
+
+    store = open_store(StoreConfig(store_path_root_dir="/var/rmq/store"))  # recovers, then serves
+    res = store.put_message(msg)              # msg: rmqgate.wire.message.MessageExt (inner message)
+    if res.durable is not None:               # SYNC_FLUSH: wait for the group commit
+        status = await asyncio.wrap_future(res.durable)   # PutMessageStatus.PUT_OK / FLUSH_DISK_TIMEOUT
+    got = store.get_messages("T", 0, offset, 32, tags_filter={hash_of_tag})
+    store.meta.commit_offset("group", "T", 0, 42)
+    store.shutdown()
+
+Semantics follow RocketMQ 4.9 ``DefaultMessageStore``/``CommitLog``: ``put_message`` appends under one
+lock (mmap copy, no fsync), assigns the physical offset, the queue offset (per topic-queue table,
+rebuilt on recovery), the store timestamp and the store host (from the config), redirects DELAY>0
+messages to ``SCHEDULE_TOPIC_XXXX`` like ``CommitLog.putMessage``, and dispatches to the
+ConsumeQueue and IndexFile before returning, so a message is visible to ``get_messages`` as soon as
+``put_message`` returns; arrival listeners are then called in the putting thread. fsync happens in
+a flush thread. The caller (broker) owns properties: drop ``WAIT``, add ``CLUSTER`` before putting.
+Buffers in results are memoryviews over the mmapped CommitLog: use them promptly, don't keep them.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Collection, Iterator, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from rmqgate.wire.message import MessageExt
+
+ASYNC_FLUSH = "ASYNC_FLUSH"
+SYNC_FLUSH = "SYNC_FLUSH"
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+
+
+@dataclass
+class StoreConfig:
+    """``MessageStoreConfig`` in snake case (RocketMQ's defaults)."""
+
+    store_path_root_dir: str
+    mapped_file_size_commitlog: int = 1024 * 1024 * 1024
+    mapped_file_size_consume_queue: int = 300_000 * 20
+    max_hash_slot_num: int = 5_000_000
+    max_index_num: int = 5_000_000 * 4
+    message_index_enable: bool = True
+    flush_disk_type: str = ASYNC_FLUSH
+    flush_interval_commitlog: int = 500  # ms
+    flush_commitlog_least_pages: int = 4
+    flush_commitlog_thorough_interval: int = 10_000  # ms
+    flush_interval_consume_queue: int = 1000  # ms
+    sync_flush_timeout: int = 5000  # ms
+    file_reserved_time: int = 72  # hours
+    delete_when: str = "04"  # hours of day, ";"-separated
+    disk_max_used_space_ratio: int = 75
+    clean_resource_interval: int = 10_000  # ms
+    max_message_size: int = 4 * 1024 * 1024
+    max_transfer_bytes_on_message_in_memory: int = 256 * 1024
+    max_transfer_count_on_message_in_memory: int = 32
+    max_transfer_bytes_on_message_in_disk: int = 64 * 1024
+    max_transfer_count_on_message_in_disk: int = 8
+    access_message_in_memory_max_ratio: int = 40
+    default_query_max_num: int = 32
+    message_delay_level: str = DEFAULT_DELAY_LEVELS
+    store_host: str = "127.0.0.1"  # written into each record (STOREHOST); IPv6 sets STOREHOST_V6
+    store_port: int = 10911
+    flush_consumer_offset_interval: int = 5000  # ms, consumer offsets -> LMDB
+    meta_map_size: int = 1 << 30  # LMDB map size (sparse file; grows as needed up to this)
+
+
+class PutMessageStatus(enum.Enum):
+    PUT_OK = "PUT_OK"
+    FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
+    FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT"
+    SLAVE_NOT_AVAILABLE = "SLAVE_NOT_AVAILABLE"
+    SERVICE_NOT_AVAILABLE = "SERVICE_NOT_AVAILABLE"
+    CREATE_MAPEDFILE_FAILED = "CREATE_MAPEDFILE_FAILED"
+    MESSAGE_ILLEGAL = "MESSAGE_ILLEGAL"
+    PROPERTIES_SIZE_EXCEEDED = "PROPERTIES_SIZE_EXCEEDED"
+    OS_PAGECACHE_BUSY = "OS_PAGECACHE_BUSY"
+    UNKNOWN_ERROR = "UNKNOWN_ERROR"
+
+
+class GetMessageStatus(enum.Enum):
+    FOUND = "FOUND"
+    NO_MATCHED_MESSAGE = "NO_MATCHED_MESSAGE"
+    MESSAGE_WAS_REMOVING = "MESSAGE_WAS_REMOVING"
+    OFFSET_FOUND_NULL = "OFFSET_FOUND_NULL"
+    OFFSET_OVERFLOW_BADLY = "OFFSET_OVERFLOW_BADLY"
+    OFFSET_OVERFLOW_ONE = "OFFSET_OVERFLOW_ONE"
+    OFFSET_TOO_SMALL = "OFFSET_TOO_SMALL"
+    NO_MATCHED_LOGIC_QUEUE = "NO_MATCHED_LOGIC_QUEUE"
+    NO_MESSAGE_IN_QUEUE = "NO_MESSAGE_IN_QUEUE"
+
+
+@dataclass(slots=True)
+class PutResult:
+    status: PutMessageStatus
+    msg_id: str = ""  # offsetMsgId; comma-joined for batches
+    queue_id: int = 0
+    queue_offset: int = 0  # first logical offset (batch: consecutive from here)
+    physical_offset: int = 0
+    wrote_bytes: int = 0
+    msg_num: int = 0
+    store_timestamp: int = 0
+    topic: str = ""  # the topic actually written (SCHEDULE_TOPIC_XXXX for delayed messages)
+    #: SYNC_FLUSH only: resolves with PUT_OK once flushed, FLUSH_DISK_TIMEOUT after sync_flush_timeout.
+    durable: Future[PutMessageStatus] | None = None
+
+
+@dataclass(slots=True)
+class GetResult:
+    status: GetMessageStatus
+    next_begin_offset: int
+    min_offset: int
+    max_offset: int
+    buffers: list[memoryview] = field(default_factory=list)  # whole stored records, zero-copy
+    queue_offsets: list[int] = field(default_factory=list)
+    buffer_total_size: int = 0
+    suggest_pulling_from_slave: bool = False
+
+    @property
+    def message_count(self) -> int:
+        return len(self.buffers)
+
+
+@dataclass(slots=True)
+class QueryResult:
+    buffers: list[memoryview] = field(default_factory=list)
+    index_last_update_timestamp: int = 0
+    index_last_update_phyoffset: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class DispatchRequest:
+    """What the reput/dispatch step learns about one stored message (arrival listeners get it)."""
+
+    topic: str
+    queue_id: int
+    commit_log_offset: int
+    msg_size: int
+    tags_code: int
+    store_timestamp: int
+    consume_queue_offset: int
+    keys: str | None
+    uniq_key: str | None
+    sys_flag: int
+    prepared_transaction_offset: int
+
+
+#: Called after each dispatch (the broker wakes long-polling pulls for ``topic@queue_id``).
+ArrivalListener = Callable[[DispatchRequest], None]
+
+#: Tag filter of ``get_messages``: a set of tag hash codes, or a predicate on the ConsumeQueue tagsCode.
+TagsFilter = Collection[int] | Callable[[int], bool] | None
+
+
+class MetaStore(Protocol):
+    """LMDB side-store. Databases: ``topics`` (name -> TopicConfig dict), ``subscription_groups``
+    (group -> SubscriptionGroupConfig dict), ``consumer_offsets`` ("topic@group" -> {queueId: offset}),
+    ``delay_offsets`` (level -> offset). Values are JSON-compatible dicts in fastjson's field names."""
+
+    def get(self, db: str, key: str) -> Any | None: ...
+    def put(self, db: str, key: str, value: Any) -> None: ...
+    def put_many(self, db: str, items: dict[str, Any], *, replace: bool = False) -> None: ...
+    def delete(self, db: str, key: str) -> bool: ...
+    def items(self, db: str) -> Iterator[tuple[str, Any]]: ...
+    def data_version(self, db: str) -> dict[str, int]: ...  # {"timestamp": ms, "counter": n}
+
+    # consumer offsets: in memory, persisted every flush_consumer_offset_interval and on shutdown
+    def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None: ...
+    def query_offset(self, group: str, topic: str, queue_id: int) -> int: ...  # -1 if unknown
+    def offset_table(self) -> dict[str, dict[int, int]]: ...  # copy of "topic@group" -> {qid: off}
+    def remove_offsets(self, *, topic: str | None = None, group: str | None = None) -> None: ...
+    def persist_offsets(self) -> None: ...
+    def set_delay_offset(self, level: int, offset: int) -> None: ...
+    def delay_offsets(self) -> dict[int, int]: ...
+
+
+class MessageStore(Protocol):
+    config: StoreConfig
+    meta: MetaStore
+
+    def shutdown(self) -> None: ...  # flush everything, remove the abort file
+
+    # -- write --
+    def put_message(self, msg: MessageExt) -> PutResult: ...
+    def put_messages(self, msgs: Sequence[MessageExt]) -> PutResult: ...  # one topic/queue, atomic
+
+    # -- read --
+    def get_messages(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_msgs: int,
+        *,
+        max_bytes: int | None = None,
+        tags_filter: TagsFilter = None,
+    ) -> GetResult: ...
+    def get_min_offset_in_queue(self, topic: str, queue_id: int) -> int: ...
+    def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int: ...
+    def get_commit_log_offset_in_queue(self, topic: str, queue_id: int, offset: int) -> int: ...
+    def get_offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp: int) -> int: ...
+    def get_earliest_message_time(self, topic: str, queue_id: int) -> int: ...  # -1 if none
+    def get_message_store_timestamp(self, topic: str, queue_id: int, offset: int) -> int: ...
+    def get_min_phy_offset(self) -> int: ...
+    def get_max_phy_offset(self) -> int: ...
+    def select_one_message_by_offset(self, commit_log_offset: int) -> memoryview | None: ...
+    def look_message_by_offset(self, commit_log_offset: int) -> MessageExt | None: ...
+    def query_message(
+        self, topic: str, key: str, max_num: int, begin_timestamp: int = 0, end_timestamp: int = 1 << 62
+    ) -> QueryResult: ...  # by KEYS token or UNIQ_KEY
+    def topics(self) -> set[str]: ...  # topics with a ConsumeQueue
+    def queue_ids(self, topic: str) -> list[int]: ...
+
+    # -- misc --
+    def register_arrival_listener(self, listener: ArrivalListener) -> None: ...
+    def delete_topics(self, topics: Collection[str]) -> int: ...  # drops ConsumeQueues + offsets
+    def runtime_info(self) -> dict[str, str]: ...
+
+
+def open_store(config: StoreConfig) -> MessageStore:
+    """Open (create if needed) and recover the store under ``config.store_path_root_dir``."""
+    from rmqgate.store.message_store import DefaultMessageStore
+
+    return DefaultMessageStore.open(config)
