@@ -1,0 +1,201 @@
+"""The remoting core over real sockets on 127.0.0.1."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import struct
+
+from rmqgate.server.client import RemotingClient
+from rmqgate.server.remoting import Channel, RemotingServer, RequestProcessor
+from rmqgate.server.testing import async_test
+from rmqgate.wire import FrameDecoder, RemotingCommand, ResponseCode, SerializeType, encode_frame
+from rmqgate.wire.errors import HeaderFieldError
+
+ECHO, SLOW, BOOM, CODEC, ASK, GATE = 9001, 9002, 9003, 9004, 9005, 9006
+
+
+class Echo(RequestProcessor):
+    codes = (ECHO,)
+
+    def __init__(self) -> None:
+        self.seen: list[RemotingCommand] = []
+
+    def process(self, channel: Channel, request: RemotingCommand) -> RemotingCommand:
+        self.seen.append(request)
+        return request.response(0, "echo", dict(request.ext_fields or {}), request.body)
+
+
+class Misc(RequestProcessor):
+    codes = (SLOW, BOOM, CODEC, ASK, GATE)
+
+    def __init__(self) -> None:
+        self.gate = asyncio.Event()
+        self.running = 0
+        self.max_running = 0
+
+    async def process(self, channel: Channel, request: RemotingCommand) -> RemotingCommand | None:
+        if request.code == SLOW:
+            await asyncio.sleep(float(request.ext_fields["s"]))
+            return request.response(0, "slow")
+        if request.code == BOOM:
+            raise RuntimeError("kaboom")
+        if request.code == CODEC:
+            raise HeaderFieldError("field 'x' is missing")
+        if request.code == GATE:
+            self.running += 1
+            self.max_running = max(self.max_running, self.running)
+            await self.gate.wait()
+            self.running -= 1
+            return request.response(0)
+        # ASK: the server asks the client something on the same connection, then answers.
+        answer = await channel.request(RemotingCommand.request(40, {"consumerGroup": "g"}), 2.0)
+        return request.response(0, f"client said {answer.remark}")
+
+
+def with_server(fn):
+    @async_test
+    @functools.wraps(fn)
+    async def wrapper() -> None:
+        srv = RemotingServer("127.0.0.1", 0, [Echo(), Misc()], idle_timeout=120, max_inflight=4)
+        await srv.start()
+        try:
+            await fn(srv)
+        finally:
+            await srv.stop()
+
+    wrapper.__signature__ = inspect.Signature()
+    return wrapper
+
+
+@with_server
+async def test_echo_both_serializations(server: RemotingServer) -> None:
+    async with await RemotingClient.connect("127.0.0.1", server.port) as client:
+        for ser in (SerializeType.JSON, SerializeType.ROCKETMQ):
+            req = RemotingCommand.request(ECHO, {"k": "v"}, b"body", serialize_type=ser)
+            resp = await client.invoke(req, 2)
+            assert resp.is_response and resp.opaque == req.opaque
+            assert resp.serialize_type == ser
+            assert resp.remark == "echo" and resp.ext_fields == {"k": "v"} and resp.body == b"body"
+            assert resp.version == 409
+
+
+@with_server
+async def test_oneway_gets_no_response(server: RemotingServer) -> None:
+    echo = server.table[ECHO]
+    async with await RemotingClient.connect("127.0.0.1", server.port) as client:
+        client.invoke_oneway(RemotingCommand.request(ECHO, {"n": "1"}))
+        resp = await client.invoke(RemotingCommand.request(ECHO, {"n": "2"}), 2)
+        assert resp.ext_fields == {"n": "2"}
+        assert [c.ext_fields for c in echo.seen] == [{"n": "1"}, {"n": "2"}]  # type: ignore[attr-defined]
+
+
+@with_server
+async def test_unknown_code_and_errors(server: RemotingServer) -> None:
+    async with await RemotingClient.connect("127.0.0.1", server.port) as client:
+        resp = await client.invoke(RemotingCommand.request(4242), 2)
+        assert resp.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED and "4242" in resp.remark
+        resp = await client.invoke(RemotingCommand.request(BOOM), 2)
+        assert resp.code == ResponseCode.SYSTEM_ERROR and "kaboom" in resp.remark
+        resp = await client.invoke(RemotingCommand.request(CODEC), 2)
+        assert resp.code == ResponseCode.SYSTEM_ERROR and "'x' is missing" in resp.remark
+        resp = await client.invoke(RemotingCommand.request(ECHO), 2)
+        assert resp.code == 0
+
+
+@with_server
+async def test_server_initiated_request(server: RemotingServer) -> None:
+    async def on_request(cmd: RemotingCommand) -> RemotingCommand:
+        assert cmd.code == 40 and cmd.ext_fields == {"consumerGroup": "g"}
+        return cmd.response(0, "hello")
+
+    async with await RemotingClient.connect("127.0.0.1", server.port, on_request=on_request) as client:
+        resp = await client.invoke(RemotingCommand.request(ASK), 3)
+        assert resp.code == 0 and resp.remark == "client said hello"
+
+
+async def _raw(port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    return await asyncio.open_connection("127.0.0.1", port)
+
+
+async def _read_closed(reader: asyncio.StreamReader) -> bool:
+    data = await asyncio.wait_for(reader.read(), 3)
+    return data == b""
+
+
+@with_server
+async def test_bad_frame_closes_only_that_connection(server: RemotingServer) -> None:
+    async with await RemotingClient.connect("127.0.0.1", server.port) as good:
+        reader, writer = await _raw(server.port)
+        writer.write(struct.pack(">ii", 8, 0x05000004) + b"abcd")  # serialization type 5
+        assert await _read_closed(reader)
+        writer.close()
+        reader, writer = await _raw(server.port)
+        writer.write(struct.pack(">ii", 10, 100) + b"x" * 6)  # header longer than the frame
+        assert await _read_closed(reader)
+        writer.close()
+        reader, writer = await _raw(server.port)
+        writer.write(struct.pack(">ii", 64 * 1024 * 1024, 4))  # over the 16 MiB limit
+        assert await _read_closed(reader)
+        writer.close()
+        resp = await good.invoke(RemotingCommand.request(ECHO, {"a": "b"}), 2)
+        assert resp.code == 0
+
+
+@with_server
+async def test_bad_header_closes_after_serving_earlier_frames(server: RemotingServer) -> None:
+    reader, writer = await _raw(server.port)
+    ok = encode_frame(RemotingCommand.request(ECHO, {"x": "1"}, opaque=77))
+    bad = struct.pack(">ii", 4 + 5, 5) + b"{nope"
+    writer.write(ok + bad)
+    data = await asyncio.wait_for(reader.read(), 3)
+    cmds = FrameDecoder().feed(data)
+    assert [c.opaque for c in cmds] == [77]
+    writer.close()
+
+
+@with_server
+async def test_bounded_inflight_pauses_reading(server: RemotingServer) -> None:
+    misc: Misc = server.table[GATE]  # type: ignore[assignment]
+    async with await RemotingClient.connect("127.0.0.1", server.port) as client:
+        futs = [asyncio.ensure_future(client.invoke(RemotingCommand.request(GATE), 5)) for _ in range(10)]
+        await asyncio.sleep(0.2)
+        assert misc.running == 4  # max_inflight; the rest wait in the backlog
+        misc.gate.set()
+        resps = await asyncio.gather(*futs)
+        assert all(r.code == 0 for r in resps)
+        assert misc.max_running == 4
+
+
+@async_test
+async def test_idle_connection_closed() -> None:
+    srv = RemotingServer("127.0.0.1", 0, [Echo()], idle_timeout=0.3)
+    await srv.start()
+    try:
+        reader, writer = await _raw(srv.port)
+        assert await _read_closed(reader)
+        writer.close()
+        assert not srv.channels or all(c.closed for c in srv.channels)
+    finally:
+        await srv.stop()
+
+
+@async_test
+async def test_slow_reader_backpressure() -> None:
+    """A client that never reads: the server stops reading instead of buffering without bound."""
+    srv = RemotingServer("127.0.0.1", 0, [Echo()], write_high_water=64 * 1024)
+    await srv.start()
+    try:
+        _reader, writer = await _raw(srv.port)
+        frame = encode_frame(RemotingCommand.request(ECHO, body=b"z" * 16384))
+        writer.transport.set_write_buffer_limits(high=1 << 30)
+        for _ in range(2000):  # 32 MiB of requests whose responses are never read
+            writer.write(frame)
+        await asyncio.sleep(1.0)
+        (channel,) = srv.channels
+        buffered = channel.transport.get_write_buffer_size()
+        assert buffered < 4 * 1024 * 1024
+        writer.close()
+    finally:
+        await srv.stop()
