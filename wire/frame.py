@@ -42,10 +42,10 @@ def decode_frame(
     serialize_type, header_length = _check_envelope(length, word, max_frame_length)
     if len(frame) != length + 4:
         raise FrameError(f"frame says {length + 4} bytes but {len(frame)} were given")
-    view = memoryview(frame)
-    cmd = DECODERS[serialize_type](view[_PREFIX_SIZE : _PREFIX_SIZE + header_length])
+    body_start = _PREFIX_SIZE + header_length
+    cmd = DECODERS[serialize_type](frame[_PREFIX_SIZE:body_start])
     if length > 4 + header_length:
-        cmd.body = bytes(view[_PREFIX_SIZE + header_length :])
+        cmd.body = bytes(frame[body_start:])
     return cmd
 
 

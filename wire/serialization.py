@@ -68,7 +68,7 @@ def decode_json_header(data: bytes | bytearray | memoryview) -> RemotingCommand:
             if type(value) is not str:
                 ext = {k: _ext_value(v) for k, v in ext.items() if v is not None}
                 break
-    cmd = RemotingCommand.__new__(RemotingCommand)
+    cmd = _new_command(RemotingCommand)
     cmd.code = code
     cmd.language = language
     cmd.version = version
@@ -104,21 +104,25 @@ _unpack_key_len = EXT_KEY_LENGTH.unpack_from
 _unpack_value_len = EXT_VALUE_LENGTH.unpack_from
 _KEY_LEN_SIZE = EXT_KEY_LENGTH.size
 _VALUE_LEN_SIZE = EXT_VALUE_LENGTH.size
+_EXT_LEN_SIZE = EXT_TOTAL_LENGTH.size
+_REMARK_START = _FIXED_SIZE + REMARK_LENGTH.size
+_new_command = RemotingCommand.__new__
 
 
 def decode_rocketmq_header(data: bytes | bytearray | memoryview) -> RemotingCommand:
+    if type(data) is not bytes:
+        data = bytes(data)
     end = len(data)
     try:
         code, language, version, opaque, flag = _unpack_fixed(data, 0)
-        pos = _FIXED_SIZE
-        (length,) = _unpack_remark_len(data, pos)
-        pos += REMARK_LENGTH.size
+        (length,) = _unpack_remark_len(data, _FIXED_SIZE)
+        pos = _REMARK_START
         if length < 0 or pos + length > end:
             raise HeaderError(f"ROCKETMQ header remark length {length} exceeds the header ({end} bytes)")
-        remark = str(data[pos : pos + length], "utf-8") if length else None
+        remark = data[pos : pos + length].decode() if length else None
         pos += length
         (length,) = _unpack_ext_len(data, pos)
-        pos += EXT_TOTAL_LENGTH.size
+        pos += _EXT_LEN_SIZE
         if length < 0 or pos + length > end:
             raise HeaderError(f"ROCKETMQ header extFields length {length} exceeds the header ({end} bytes)")
         ext = None
@@ -128,16 +132,16 @@ def decode_rocketmq_header(data: bytes | bytearray | memoryview) -> RemotingComm
             while pos < stop:
                 (klen,) = _unpack_key_len(data, pos)
                 pos += _KEY_LEN_SIZE
-                if klen < 0 or pos + klen > stop:
+                key_end = pos + klen
+                if klen < 0 or key_end > stop:
                     raise HeaderError(f"ROCKETMQ header extFields key length {klen} overruns the map")
-                key = str(data[pos : pos + klen], "utf-8")
-                pos += klen
-                (vlen,) = _unpack_value_len(data, pos)
-                pos += _VALUE_LEN_SIZE
-                if vlen < 0 or pos + vlen > stop:
+                (vlen,) = _unpack_value_len(data, key_end)
+                value_start = key_end + _VALUE_LEN_SIZE
+                value_end = value_start + vlen
+                if vlen < 0 or value_end > stop:
                     raise HeaderError(f"ROCKETMQ header extFields value length {vlen} overruns the map")
-                ext[key] = str(data[pos : pos + vlen], "utf-8")
-                pos += vlen
+                ext[data[pos:key_end].decode()] = data[value_start:value_end].decode()
+                pos = value_end
         if pos != end:
             raise HeaderError(f"ROCKETMQ header has {end - pos} trailing bytes")
     except UnicodeDecodeError as exc:
@@ -146,7 +150,7 @@ def decode_rocketmq_header(data: bytes | bytearray | memoryview) -> RemotingComm
         raise
     except Exception as exc:  # struct.error on a short header
         raise HeaderError(f"ROCKETMQ header truncated ({end} bytes): {exc}") from None
-    cmd = RemotingCommand.__new__(RemotingCommand)
+    cmd = _new_command(RemotingCommand)
     cmd.code = code
     cmd.language = language
     cmd.version = version
