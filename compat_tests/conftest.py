@@ -1,0 +1,268 @@
+"""Compat suite set-up: a name server + broker to test against, and per-test unique names.
+
+``--namesrv HOST:PORT`` (or env RMQ_NAMESRV) points the suite at a running cluster — rmqgate or an
+Apache RocketMQ 4.9 name server + broker. Without it, ``rmqgate serve`` is started on free ports
+with a temporary store and a broker.conf, and stopped with SIGTERM at the end; its log is dumped
+in the summary when a test failed. Assertions use only the protocol and client-visible behaviour.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from rmqgate.compat_tests.wire_client import WireClient, wait_until
+
+COMPAT_DIR = Path(__file__).resolve().parent
+ROOT = COMPAT_DIR.parent
+STARTUP_TIMEOUT = 30.0
+
+# What the suite's own server runs with; the keys are RocketMQ broker.conf keys.
+BROKER_CONF = """\
+brokerClusterName = CompatCluster
+brokerName = compat-broker-a
+brokerId = 0
+brokerIP1 = 127.0.0.1
+autoCreateTopicEnable = true
+autoCreateSubscriptionGroup = true
+defaultTopicQueueNums = 4
+flushDiskType = ASYNC_FLUSH
+"""
+
+
+@dataclasses.dataclass
+class Cluster:
+    namesrv: str  # "host:port"
+    broker: str  # master address of the broker under test
+    broker_name: str
+    cluster_name: str
+    started_here: bool  # True when the suite started rmqgate itself
+    log_path: Path | None = None
+    store: Path | None = None
+
+    def namesrv_client(self, **kw: object) -> WireClient:
+        return WireClient(self.namesrv, **kw)  # type: ignore[arg-type]
+
+    def broker_client(self, **kw: object) -> WireClient:
+        return WireClient(self.broker, **kw)  # type: ignore[arg-type]
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("compat", "RocketMQ compatibility suite")
+    group.addoption(
+        "--namesrv",
+        default=os.environ.get("RMQ_NAMESRV"),
+        help="name server HOST:PORT to test against (env RMQ_NAMESRV); default: start `rmqgate serve`",
+    )
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _port_open(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def _log_tail(path: Path | None, lines: int = 200) -> str:
+    if path is None or not path.exists():
+        return "(no log)"
+    text = path.read_text(errors="replace").splitlines()
+    return "\n".join(text[-lines:])
+
+
+def discover_broker(namesrv: str, timeout: float = STARTUP_TIMEOUT) -> tuple[str, str, str]:
+    """(broker master address, brokerName, clusterName) of the first registered broker."""
+
+    def find() -> tuple[str, str, str] | None:
+        try:
+            with WireClient(namesrv, timeout=3) as c:
+                info = c.cluster_info()
+        except (OSError, AssertionError, ValueError):
+            return None
+        for cluster, names in sorted((info.get("clusterAddrTable") or {}).items()):
+            for name in sorted(names):
+                addrs = info["brokerAddrTable"][name]["brokerAddrs"]
+                if "0" in addrs:
+                    return addrs["0"], name, cluster
+        return None
+
+    found = wait_until(find, timeout=timeout, interval=0.2)
+    if not found:
+        raise RuntimeError(f"no broker master registered with the name server {namesrv}")
+    return found
+
+
+class ServerProcess:
+    """`rmqgate serve` in a subprocess with its output in a log file."""
+
+    def __init__(self, workdir: Path, *, role: str = "all", namesrv_addr: str | None = None,
+                 conf: str = BROKER_CONF, namesrv_port: int | None = None,
+                 broker_port: int | None = None) -> None:  # fmt: skip
+        self.workdir = workdir
+        self.store = workdir / "store"
+        self.log_path = workdir / f"rmqgate-{role}.log"
+        self.conf_path = workdir / "broker.conf"
+        self.conf_path.write_text(conf)
+        self.namesrv_port = namesrv_port or free_port()
+        self.broker_port = broker_port or free_port()
+        self.role = role
+        args = [
+            sys.executable, "-m", "rmqgate.tools.cli", "serve",
+            "--store", str(self.store),
+            "--namesrv-port", str(self.namesrv_port),
+            "--broker-port", str(self.broker_port),
+            "--role", role,
+            "--conf", str(self.conf_path),
+        ]  # fmt: skip
+        if namesrv_addr:
+            args += ["--namesrv-addr", namesrv_addr]
+        self._log = self.log_path.open("wb")
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        self.proc = subprocess.Popen(args, stdout=self._log, stderr=subprocess.STDOUT, cwd=workdir, env=env)
+
+    @property
+    def namesrv(self) -> str:
+        return f"127.0.0.1:{self.namesrv_port}"
+
+    @property
+    def broker(self) -> str:
+        return f"127.0.0.1:{self.broker_port}"
+
+    def wait_ready(self, timeout: float = STARTUP_TIMEOUT) -> None:
+        """Ready = the "rmqgate ready" line is logged and every port of the role accepts connections."""
+        ports = {"all": [self.namesrv_port, self.broker_port], "namesrv": [self.namesrv_port],
+                 "broker": [self.broker_port]}[self.role]  # fmt: skip
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(
+                    f"rmqgate serve exited with {self.proc.returncode}:\n{_log_tail(self.log_path)}"
+                )
+            if b"rmqgate ready" in self.log_path.read_bytes() and all(_port_open(p) for p in ports):
+                return
+            time.sleep(0.1)
+        raise RuntimeError(f"rmqgate serve not ready after {timeout} s:\n{_log_tail(self.log_path)}")
+
+    def stop(self, timeout: float = 15.0) -> int | None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._log.close()
+        return self.proc.returncode
+
+
+_STARTED: list[ServerProcess] = []
+
+
+@pytest.fixture(scope="session")
+def cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
+    """The name server + broker under test (session-wide)."""
+    namesrv = request.config.getoption("--namesrv")
+    if namesrv:
+        addr, name, cluster_name = discover_broker(namesrv)
+        yield Cluster(namesrv, addr, name, cluster_name, started_here=False)
+        return
+    workdir = Path(tempfile.mkdtemp(prefix="rmqgate-compat-"))
+    server = ServerProcess(workdir)
+    _STARTED.append(server)
+    try:
+        server.wait_ready()
+        addr, name, cluster_name = discover_broker(server.namesrv)
+        yield Cluster(server.namesrv, addr, name, cluster_name, True, server.log_path, server.store)
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def rmqgate_server_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    """Start extra `rmqgate serve` processes (mixed-cluster tests); all stopped at session end."""
+    servers: list[ServerProcess] = []
+
+    def start(**kw: object) -> ServerProcess:
+        server = ServerProcess(tmp_path_factory.mktemp("rmqgate"), **kw)  # type: ignore[arg-type]
+        servers.append(server)
+        _STARTED.append(server)
+        server.wait_ready()
+        return server
+
+    yield start
+    for server in servers:
+        server.stop()
+
+
+@pytest.fixture
+def uniq(request: pytest.FixtureRequest) -> object:
+    """``uniq("topic")`` -> a fresh, valid topic/group name tied to this test."""
+    base = re.sub(r"[^A-Za-z0-9_-]", "_", request.node.name)[:60]
+    token = secrets.token_hex(3)
+
+    def make(kind: str = "t") -> str:
+        return f"ct_{kind}_{base}_{token}"[:120]
+
+    return make
+
+
+@pytest.fixture
+def namesrv(cluster: Cluster) -> Iterator[WireClient]:
+    with cluster.namesrv_client() as c:
+        yield c
+
+
+@pytest.fixture
+def broker(cluster: Cluster) -> Iterator[WireClient]:
+    with cluster.broker_client() as c:
+        yield c
+
+
+@pytest.fixture
+def client_home(tmp_path: Path) -> Path:
+    """A HOME for native clients (the C++ core writes logs under $HOME/logs)."""
+    home = tmp_path / "home"
+    home.mkdir()
+    return home
+
+
+@pytest.fixture
+def make_topic(cluster: Cluster, broker: WireClient) -> object:
+    """``make_topic(name, queues=4)``: UPDATE_AND_CREATE_TOPIC on the broker, then wait for the route."""
+
+    def make(name: str, queues: int = 4, **kw: object) -> str:
+        resp = broker.create_topic(name, queues, **kw)  # type: ignore[arg-type]
+        assert resp.code == 0, f"UPDATE_AND_CREATE_TOPIC {name}: {resp!r}"
+        with cluster.namesrv_client() as ns:
+            ok = wait_until(lambda: ns.route(name).code == 0, timeout=40, interval=0.2)
+        assert ok, f"topic {name} created on the broker never showed up in the name server's routes"
+        return name
+
+    return make
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatus: int) -> None:
+    if not _STARTED or not (terminalreporter.stats.get("failed") or terminalreporter.stats.get("error")):
+        return
+    for server in _STARTED:
+        terminalreporter.write_sep("=", f"rmqgate serve --role {server.role} log (tail): {server.log_path}")
+        terminalreporter.write_line(_log_tail(server.log_path))
