@@ -1,0 +1,850 @@
+"""Stored messages: the CommitLog record (= PULL/VIEW body element), properties, offsetMsgId, batch
+bodies, body compression and the ConsumeQueue tag hash.
+
+Every layout is declared once in construct below; the hot paths use ``struct`` formats and byte
+positions derived from those declarations (specialised per sysFlag host widths and magic version).
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+from construct import (
+    Bytes,
+    Construct,
+    FormatField,
+    IfThenElse,
+    Int8sb,
+    Int16sb,
+    Int32sb,
+    Int32ub,
+    Int64sb,
+    PascalString,
+    Renamed,
+    Struct,
+    Switch,
+    this,
+)
+
+from rmqgate.wire.errors import CompressionUnavailable, MessageFormatError
+from rmqgate.wire.layout import field as layout_field
+from rmqgate.wire.layout import fixed_struct, prefix_struct
+
+Buffer = bytes | bytearray | memoryview
+
+# --------------------------------------------------------------------------------------------------
+# Constants
+
+
+def _signed32(value: int) -> int:
+    return value - (1 << 32) if value & 0x80000000 else value
+
+
+MAGIC_V1 = 0xDAA320A7
+MAGIC_V2 = 0xDAA320AB
+BLANK_MAGIC = 0xCBD43194
+MAGIC_V1_SIGNED = _signed32(MAGIC_V1)  # -626843481, as Java's CommitLog.MESSAGE_MAGIC_CODE
+MAGIC_V2_SIGNED = _signed32(MAGIC_V2)  # -626843477
+BLANK_MAGIC_SIGNED = _signed32(BLANK_MAGIC)  # -875286124
+#: Smallest end-of-file blank a CommitLog writer must be able to put (total size + magic).
+END_FILE_MIN_BLANK_LENGTH = 8
+#: Topic lengths above this (UTF-8 bytes) need the v2 record (2-byte topic length).
+V1_TOPIC_MAX_BYTES = 127
+MAX_TOPIC_BYTES = 32767
+MAX_PROPERTIES_BYTES = 32767
+
+
+class MessageSysFlag:
+    COMPRESSED = 0x1
+    MULTI_TAGS = 0x2
+    TRANSACTION_NOT = 0x0
+    TRANSACTION_PREPARED = 0x4
+    TRANSACTION_COMMIT = 0x8
+    TRANSACTION_ROLLBACK = 0xC
+    TRANSACTION_MASK = 0xC
+    BORNHOST_V6 = 0x10
+    STOREHOST_V6 = 0x20
+    NEED_UNWRAP = 0x40
+    INNER_BATCH = 0x80
+    COMPRESSION_MASK = 0x700
+    LZ4 = 0x100
+    ZSTD = 0x200
+    ZLIB = 0x300
+
+
+def transaction_type(sys_flag: int) -> int:
+    return sys_flag & MessageSysFlag.TRANSACTION_MASK
+
+
+def reset_transaction(sys_flag: int, tx_type: int) -> int:
+    return (sys_flag & ~MessageSysFlag.TRANSACTION_MASK) | tx_type
+
+
+def compression_type(sys_flag: int) -> int:
+    """The compression type bits; legacy type 0 with COMPRESSED set means zlib."""
+    kind = sys_flag & MessageSysFlag.COMPRESSION_MASK
+    return kind or MessageSysFlag.ZLIB
+
+
+NAME_VALUE_SEPARATOR = "\x01"
+PROPERTY_SEPARATOR = "\x02"
+KEY_SEPARATOR = " "
+
+PROPERTY_KEYS = "KEYS"
+PROPERTY_TAGS = "TAGS"
+PROPERTY_WAIT_STORE_MSG_OK = "WAIT"
+PROPERTY_DELAY_TIME_LEVEL = "DELAY"
+PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"
+PROPERTY_REAL_TOPIC = "REAL_TOPIC"
+PROPERTY_REAL_QUEUE_ID = "REAL_QID"
+PROPERTY_TRANSACTION_PREPARED = "TRAN_MSG"
+PROPERTY_PRODUCER_GROUP = "PGROUP"
+PROPERTY_MIN_OFFSET = "MIN_OFFSET"
+PROPERTY_MAX_OFFSET = "MAX_OFFSET"
+PROPERTY_BUYER_ID = "BUYER_ID"
+PROPERTY_ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
+PROPERTY_TRANSFER_FLAG = "TRANSFER_FLAG"
+PROPERTY_CORRECTION_FLAG = "CORRECTION_FLAG"
+PROPERTY_MQ2_FLAG = "MQ2_FLAG"
+PROPERTY_RECONSUME_TIME = "RECONSUME_TIME"
+PROPERTY_MSG_REGION = "MSG_REGION"
+PROPERTY_TRACE_SWITCH = "TRACE_ON"
+PROPERTY_UNIQ_KEY = "UNIQ_KEY"
+PROPERTY_EXTEND_UNIQ_INFO = "EXTEND_UNIQ_INFO"
+PROPERTY_MAX_RECONSUME_TIMES = "MAX_RECONSUME_TIMES"
+PROPERTY_CONSUME_START_TIMESTAMP = "CONSUME_START_TIME"
+PROPERTY_INNER_NUM = "INNER_NUM"
+PROPERTY_INNER_BASE = "INNER_BASE"
+PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET = "TRAN_PREPARED_QUEUE_OFFSET"
+PROPERTY_TRANSACTION_ID = "__transactionId__"
+PROPERTY_TRANSACTION_CHECK_TIMES = "TRANSACTION_CHECK_TIMES"
+PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS = "CHECK_IMMUNITY_TIME_IN_SECONDS"
+PROPERTY_INSTANCE_ID = "INSTANCE_ID"
+PROPERTY_CORRELATION_ID = "CORRELATION_ID"
+PROPERTY_MESSAGE_REPLY_TO_CLIENT = "REPLY_TO_CLIENT"
+PROPERTY_MESSAGE_TTL = "TTL"
+PROPERTY_REPLY_MESSAGE_ARRIVE_TIME = "ARRIVE_TIME"
+PROPERTY_PUSH_REPLY_TIME = "PUSH_REPLY_TIME"
+PROPERTY_CLUSTER = "CLUSTER"
+PROPERTY_MESSAGE_TYPE = "MSG_TYPE"
+PROPERTY_INNER_MULTI_DISPATCH = "INNER_MULTI_DISPATCH"
+PROPERTY_INNER_MULTI_QUEUE_OFFSET = "INNER_MULTI_QUEUE_OFFSET"
+PROPERTY_START_DELIVER_TIME = "__STARTDELIVERTIME"
+PROPERTY_SHARDING_KEY = "__SHARDINGKEY"
+PROPERTY_TIMER_DELAY_SEC = "TIMER_DELAY_SEC"
+PROPERTY_TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
+PROPERTY_TIMER_DELAY_MS = "TIMER_DELAY_MS"
+PROPERTY_BORN_TIMESTAMP = "BORN_TIMESTAMP"
+PROPERTY_POP_CK = "POP_CK"
+PROPERTY_DLQ_ORIGIN_TOPIC = "DLQ_ORIGIN_TOPIC"
+PROPERTY_DLQ_ORIGIN_MESSAGE_ID = "DLQ_ORIGIN_MESSAGE_ID"
+# Contract spellings (MESSAGE_API.md) of the keys above.
+PROPERTY_DELAY = PROPERTY_DELAY_TIME_LEVEL
+PROPERTY_REAL_QID = PROPERTY_REAL_QUEUE_ID
+PROPERTY_TRAN_MSG = PROPERTY_TRANSACTION_PREPARED
+PROPERTY_PGROUP = PROPERTY_PRODUCER_GROUP
+PROPERTY_TRACE_ON = PROPERTY_TRACE_SWITCH
+PROPERTY_WAIT = PROPERTY_WAIT_STORE_MSG_OK
+
+# --------------------------------------------------------------------------------------------------
+# Declarations
+
+_HOST_V4 = 4
+_HOST_V6 = 16
+
+#: One CommitLog record (``CommitLog.DefaultAppendMessageCallback``, ``MessageDecoder.decode``).
+#: The magic selects the topic-length width; sysFlag bits select IPv4/IPv6 born and store hosts.
+StoredMessage = Struct(
+    "total_size" / Int32sb,
+    "magic" / Int32ub,
+    "body_crc" / Int32sb,
+    "queue_id" / Int32sb,
+    "flag" / Int32sb,
+    "queue_offset" / Int64sb,
+    "commit_log_offset" / Int64sb,
+    "sys_flag" / Int32sb,
+    "born_timestamp" / Int64sb,
+    "born_host" / IfThenElse(this.sys_flag & MessageSysFlag.BORNHOST_V6, Bytes(_HOST_V6), Bytes(_HOST_V4)),
+    "born_port" / Int32sb,
+    "store_timestamp" / Int64sb,
+    "store_host" / IfThenElse(this.sys_flag & MessageSysFlag.STOREHOST_V6, Bytes(_HOST_V6), Bytes(_HOST_V4)),
+    "store_port" / Int32sb,
+    "reconsume_times" / Int32sb,
+    "prepared_transaction_offset" / Int64sb,
+    "body_length" / Int32sb,
+    "body" / Bytes(this.body_length),
+    "topic"
+    / Switch(this.magic, {MAGIC_V1: PascalString(Int8sb, "utf8"), MAGIC_V2: PascalString(Int16sb, "utf8")}),
+    "properties" / PascalString(Int16sb, "utf8"),
+)
+
+#: One message of a SEND_BATCH_MESSAGE body (``MessageDecoder.encodeMessage``): magic and CRC are 0.
+BatchMessage = Struct(
+    "total_size" / Int32sb,
+    "magic" / Int32sb,
+    "body_crc" / Int32sb,
+    "flag" / Int32sb,
+    "body_length" / Int32sb,
+    "body" / Bytes(this.body_length),
+    "properties" / PascalString(Int16sb, "utf8"),
+)
+
+#: offsetMsgId before hex encoding: store host address, port, CommitLog offset.
+OffsetMsgId = Struct(
+    "address" / IfThenElse(this.v6, Bytes(_HOST_V6), Bytes(_HOST_V4)),
+    "port" / Int32sb,
+    "commit_log_offset" / Int64sb,
+)
+
+
+def _resolve(con: Construct, ctx: Mapping[str, Any]) -> Construct:
+    while True:
+        if isinstance(con, Renamed):
+            con = con.subcon
+        elif isinstance(con, IfThenElse):
+            con = con.thensubcon if con.condfunc(ctx) else con.elsesubcon
+        elif isinstance(con, Switch):
+            con = con.cases[con.keyfunc(ctx)]
+        else:
+            return con
+
+
+def _fixed_layout(con: Construct, ctx: Mapping[str, Any]) -> list[tuple[str, str, int]]:
+    """(name, struct code, offset) of the leading fixed-width fields of ``con`` specialised for ``ctx``."""
+    out: list[tuple[str, str, int]] = []
+    pos = 0
+    for sub in con.subcons:
+        inner = _resolve(sub, ctx)
+        if isinstance(inner, FormatField):
+            code = inner.fmtstr[1:]
+        elif isinstance(inner, Bytes) and isinstance(inner.length, int):
+            code = f"{inner.length}s"
+        else:
+            break
+        out.append((sub.name, code, pos))
+        pos += struct.calcsize(">" + code)
+    return out
+
+
+def _run_struct(layout: list[tuple[str, str, int]], first: str, last: str) -> tuple[int, struct.Struct]:
+    """Position and ``struct.Struct`` of the contiguous fields ``first``..``last`` of a fixed layout."""
+    names = [name for name, _, _ in layout]
+    i, j = names.index(first), names.index(last)
+    return layout[i][2], struct.Struct(">" + "".join(code for _, code, _ in layout[i : j + 1]))
+
+
+def _ctx(sys_flag: int = 0, magic: int = MAGIC_V1) -> dict[str, int]:
+    return {"sys_flag": sys_flag, "magic": magic}
+
+
+_HOST_FLAGS = MessageSysFlag.BORNHOST_V6 | MessageSysFlag.STOREHOST_V6
+_LAYOUTS = {hf: _fixed_layout(StoredMessage, _ctx(hf)) for hf in (0, 0x10, 0x20, 0x30)}
+_V4 = _LAYOUTS[0]
+
+#: total size + magic: what a CommitLog scanner reads first (also the whole BLANK record).
+_RECORD_PREFIX_POS, RECORD_PREFIX = _run_struct(_V4, "total_size", "magic")
+#: The host-independent leading fields (total size .. born timestamp).
+_HEAD_POS, _HEAD = _run_struct(_V4, "total_size", "born_timestamp")
+#: Per host-width combination: born host .. body length, and the whole fixed part.
+_TAILS = {hf: _run_struct(lay, "born_host", "body_length")[1] for hf, lay in _LAYOUTS.items()}
+_FIXED = {hf: _run_struct(lay, "total_size", "body_length")[1] for hf, lay in _LAYOUTS.items()}
+_TAIL_POS = _HEAD.size
+_TOPIC_LENGTH = {
+    MAGIC_V1: prefix_struct(_resolve(layout_field(StoredMessage, "topic"), _ctx(magic=MAGIC_V1))),
+    MAGIC_V2: prefix_struct(_resolve(layout_field(StoredMessage, "topic"), _ctx(magic=MAGIC_V2))),
+}
+_PROPERTIES_LENGTH = prefix_struct(layout_field(StoredMessage, "properties"))
+_MIN_RECORD = _FIXED[0].size + _TOPIC_LENGTH[MAGIC_V1].size + _PROPERTIES_LENGTH.size
+
+QUEUE_OFFSET_POS, _OFFSETS = _run_struct(_V4, "queue_offset", "commit_log_offset")
+PHYSICAL_OFFSET_POS, _PHYSICAL_OFFSET = _run_struct(_V4, "commit_log_offset", "commit_log_offset")
+SYSFLAG_POS, _SYSFLAG = _run_struct(_V4, "sys_flag", "sys_flag")
+MAGIC_POS = _run_struct(_V4, "magic", "magic")[0]
+FLAG_POS = _run_struct(_V4, "flag", "flag")[0]
+BODY_CRC_POS = _run_struct(_V4, "body_crc", "body_crc")[0]
+_STORE_TS_POS = {
+    hf: _run_struct(lay, "store_timestamp", "store_timestamp")[0] for hf, lay in _LAYOUTS.items()
+}
+_STORE_TIMESTAMP = _run_struct(_V4, "store_timestamp", "store_timestamp")[1]
+#: Java's MESSAGE_STORE_TIMESTAMP_POSITION (IPv4 born host).
+STORE_TIMESTAMP_POS = _STORE_TS_POS[0]
+
+_BATCH_FIXED = fixed_struct(BatchMessage)
+_BATCH_PROPERTIES_LENGTH = prefix_struct(layout_field(BatchMessage, "properties"))
+
+_MSG_ID = {
+    False: _run_struct(_fixed_layout(OffsetMsgId, {"v6": False}), "address", "commit_log_offset")[1],
+    True: _run_struct(_fixed_layout(OffsetMsgId, {"v6": True}), "address", "commit_log_offset")[1],
+}
+_MSG_ID_HEX_LENGTH = {_MSG_ID[False].size * 2: _MSG_ID[False], _MSG_ID[True].size * 2: _MSG_ID[True]}
+
+
+def store_timestamp_pos(sys_flag: int) -> int:
+    """Byte position of STORETIMESTAMP in a record with this sysFlag (56 with an IPv4 born host)."""
+    return _STORE_TS_POS[sys_flag & _HOST_FLAGS]
+
+
+def record_length(
+    body_len: int,
+    topic_len: int,
+    properties_len: int,
+    born_v6: bool = False,
+    store_v6: bool = False,
+    v2: bool = False,
+) -> int:
+    """CommitLog record size (``CommitLog.calMsgLength``), lengths in bytes."""
+    hf = (MessageSysFlag.BORNHOST_V6 if born_v6 else 0) | (MessageSysFlag.STOREHOST_V6 if store_v6 else 0)
+    return (
+        _FIXED[hf].size
+        + body_len
+        + _TOPIC_LENGTH[MAGIC_V2 if v2 else MAGIC_V1].size
+        + topic_len
+        + _PROPERTIES_LENGTH.size
+        + properties_len
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# Properties
+
+
+def parse_properties(s: str) -> dict[str, str]:
+    """``MessageDecoder.string2messageProperties``: pairs without a key, value or separator are skipped."""
+    out: dict[str, str] = {}
+    if not s:
+        return out
+    for item in s.split(PROPERTY_SEPARATOR):
+        key, _, value = item.partition(NAME_VALUE_SEPARATOR)
+        if key and value:
+            out[key] = value
+    return out
+
+
+def _java_spread_hash(key: str) -> int:
+    h = java_string_hash(key) & 0xFFFFFFFF
+    return h ^ (h >> 16)
+
+
+def java_hashmap_order(keys: list[str], max_size: int | None = None) -> list[str]:
+    """The iteration order of a ``java.util.HashMap`` (default capacity) holding ``keys``, inserted in order.
+
+    ``max_size`` is the largest size the map ever reached (removals do not shrink the table).
+    Treeified bins (8+ colliding keys) are not modelled.
+    """
+    size = max(len(keys), max_size or 0)
+    capacity = 16
+    while size > capacity * 3 // 4:
+        capacity <<= 1
+    mask = capacity - 1
+    return sorted(keys, key=lambda k: _java_spread_hash(k) & mask)
+
+
+def format_properties(
+    properties: Mapping[str, str | None], *, java_order: bool = False, max_size: int | None = None
+) -> str:
+    """``MessageDecoder.messageProperties2String``: ``k\\x01v`` joined by ``\\x02``, None values skipped.
+
+    With ``java_order`` the pairs come in the iteration order of the Java broker's HashMap (see
+    ``java_hashmap_order``), which is what a Java broker writes to the CommitLog.
+    """
+    if java_order:
+        keys = java_hashmap_order([k for k, v in properties.items() if v is not None], max_size)
+        return PROPERTY_SEPARATOR.join([f"{k}{NAME_VALUE_SEPARATOR}{properties[k]}" for k in keys])
+    return PROPERTY_SEPARATOR.join(
+        [f"{k}{NAME_VALUE_SEPARATOR}{v}" for k, v in properties.items() if v is not None]
+    )
+
+
+def _properties_text(properties: dict[str, str], raw: str | None) -> str:
+    # A decoded string is written back verbatim (byte-identical records) unless the dict was changed.
+    if raw is not None and parse_properties(raw) == properties:
+        return raw
+    return format_properties(properties)
+
+
+# --------------------------------------------------------------------------------------------------
+# Stored message
+
+
+@dataclass(slots=True)
+class MessageExt:
+    """One stored message: a CommitLog record, a PULL/VIEW body element.
+
+    ``body`` is the body as stored (still compressed when sysFlag has COMPRESSED); hosts are raw
+    4- or 16-byte addresses that must agree with the BORNHOST_V6/STOREHOST_V6 sysFlag bits.
+    ``properties_raw`` is the decoded properties string; ``encode_message`` writes it back verbatim
+    while it still parses to ``properties``.
+    """
+
+    topic: str
+    body: bytes | bytearray | memoryview = b""
+    flag: int = 0
+    queue_id: int = 0
+    queue_offset: int = 0
+    commit_log_offset: int = 0
+    sys_flag: int = 0
+    born_timestamp: int = 0
+    born_host: bytes = b"\x00\x00\x00\x00"
+    born_port: int = 0
+    store_timestamp: int = 0
+    store_host: bytes = b"\x00\x00\x00\x00"
+    store_port: int = 0
+    reconsume_times: int = 0
+    prepared_transaction_offset: int = 0
+    properties: dict[str, str] = field(default_factory=dict)
+    body_crc: int = 0
+    store_size: int = 0
+    magic: int = MAGIC_V1
+    properties_raw: str | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def offset_msg_id(self) -> str:
+        return encode_offset_msg_id(self.store_host, self.store_port, self.commit_log_offset)
+
+    @property
+    def tags(self) -> str | None:
+        return self.properties.get(PROPERTY_TAGS)
+
+    @property
+    def keys(self) -> str | None:
+        return self.properties.get(PROPERTY_KEYS)
+
+    @property
+    def uniq_key(self) -> str | None:
+        return self.properties.get(PROPERTY_UNIQ_KEY)
+
+
+def body_crc(body: Buffer) -> int:
+    """``UtilAll.crc32``: CRC32 masked to a non-negative int32."""
+    return zlib.crc32(body) & 0x7FFFFFFF
+
+
+_unpack_head = _HEAD.unpack_from
+_unpack_prefix = RECORD_PREFIX.unpack_from
+_unpack_props_len = _PROPERTIES_LENGTH.unpack_from
+_TAIL_UNPACK = {hf: s.unpack_from for hf, s in _TAILS.items()}
+_TOPIC_UNPACK = {m: (s.unpack_from, s.size) for m, s in _TOPIC_LENGTH.items()}
+
+
+def decode_message(
+    buf: Buffer,
+    offset: int = 0,
+    *,
+    with_body: bool = True,
+    check_crc: bool = False,
+    copy_body: bool = True,
+) -> MessageExt:
+    """Parse the stored message at ``buf[offset:]``; raises ``MessageFormatError`` if it is malformed.
+
+    ``copy_body=False`` leaves the body as a memoryview into ``buf``.
+    """
+    try:
+        (total, magic, crc, queue_id, flag, queue_offset, phys, sys_flag, born_ts) = _unpack_head(buf, offset)
+        if magic != MAGIC_V1 and magic != MAGIC_V2:
+            raise MessageFormatError(f"bad magic 0x{magic:08X} at offset {offset}")
+        end = offset + total
+        if total < _MIN_RECORD or end > len(buf):
+            raise MessageFormatError(
+                f"record total size {total} at offset {offset} does not fit a buffer of {len(buf)} bytes"
+            )
+        hf = sys_flag & _HOST_FLAGS
+        (born_host, born_port, store_ts, store_host, store_port, reconsume, prep_tx, body_len) = _TAIL_UNPACK[
+            hf
+        ](buf, offset + _TAIL_POS)
+        pos = offset + _FIXED[hf].size
+        if body_len < 0 or pos + body_len > end:
+            raise MessageFormatError(f"body length {body_len} overruns the record at offset {offset}")
+        if with_body:
+            view = buf[pos : pos + body_len] if copy_body else memoryview(buf)[pos : pos + body_len]
+            body = bytes(view) if copy_body else view
+            if check_crc and zlib.crc32(body) & 0x7FFFFFFF != crc:
+                raise MessageFormatError(f"body CRC mismatch in the record at offset {offset}")
+        else:
+            body = b""
+        pos += body_len
+        unpack_topic_len, topic_prefix = _TOPIC_UNPACK[magic]
+        (topic_len,) = unpack_topic_len(buf, pos)
+        pos += topic_prefix
+        if topic_len < 0 or pos + topic_len > end:
+            raise MessageFormatError(f"topic length {topic_len} overruns the record at offset {offset}")
+        topic = str(buf[pos : pos + topic_len], "utf-8")
+        pos += topic_len
+        (props_len,) = _unpack_props_len(buf, pos)
+        pos += 2
+        if props_len < 0 or pos + props_len != end:
+            raise MessageFormatError(
+                f"properties length {props_len} disagrees with total size {total} at offset {offset}"
+            )
+        raw = str(buf[pos:end], "utf-8") if props_len else ""
+    except struct.error as exc:
+        raise MessageFormatError(f"truncated record at offset {offset}: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise MessageFormatError(f"invalid UTF-8 in the record at offset {offset}: {exc}") from None
+    return MessageExt(
+        topic,
+        body,
+        flag,
+        queue_id,
+        queue_offset,
+        phys,
+        sys_flag,
+        born_ts,
+        born_host,
+        born_port,
+        store_ts,
+        store_host,
+        store_port,
+        reconsume,
+        prep_tx,
+        parse_properties(raw),
+        crc,
+        total,
+        magic,
+        raw,
+    )
+
+
+def iter_messages(buf: Buffer, *, with_body: bool = True) -> Iterator[MessageExt]:
+    """The records of a PULL/QUERY/VIEW body: stored messages back to back, nothing else."""
+    offset = 0
+    end = len(buf)
+    while offset < end:
+        msg = decode_message(buf, offset, with_body=with_body)
+        offset += msg.store_size
+        yield msg
+
+
+def iter_commitlog(buf: Buffer, offset: int = 0, *, with_body: bool = True) -> Iterator[MessageExt]:
+    """The records of one CommitLog file from ``offset``, up to the end-of-file BLANK record, the
+    unwritten (zero) tail or the end of ``buf``; ``MessageFormatError`` on anything else."""
+    end = len(buf)
+    while offset + RECORD_PREFIX.size <= end:
+        total, magic = _unpack_prefix(buf, offset)
+        if magic == BLANK_MAGIC or (total == 0 and magic == 0):
+            return
+        msg = decode_message(buf, offset, with_body=with_body)
+        offset += msg.store_size
+        yield msg
+
+
+def encode_blank(remaining: int) -> bytes:
+    """The end-of-file BLANK record announcing ``remaining`` unused bytes."""
+    return RECORD_PREFIX.pack(remaining, BLANK_MAGIC)
+
+
+def encode_message(msg: MessageExt) -> bytearray:
+    """Build the CommitLog record of ``msg``; sets ``msg.store_size``, ``msg.body_crc`` and ``msg.magic``.
+
+    v1 unless the topic exceeds 127 UTF-8 bytes (or ``msg.magic`` already says v2); host widths
+    follow the sysFlag bits.
+    """
+    sys_flag = msg.sys_flag
+    hf = sys_flag & _HOST_FLAGS
+    try:
+        topic = msg.topic.encode()
+        props = _properties_text(msg.properties, msg.properties_raw).encode()
+    except UnicodeEncodeError as exc:
+        raise MessageFormatError(f"topic or properties cannot be encoded as UTF-8: {exc}") from None
+    topic_len = len(topic)
+    props_len = len(props)
+    magic = MAGIC_V2 if topic_len > V1_TOPIC_MAX_BYTES or msg.magic == MAGIC_V2 else MAGIC_V1
+    if topic_len > MAX_TOPIC_BYTES:
+        raise MessageFormatError(f"topic of {topic_len} bytes is longer than {MAX_TOPIC_BYTES}")
+    if props_len > MAX_PROPERTIES_BYTES:
+        raise MessageFormatError(f"properties of {props_len} bytes are longer than {MAX_PROPERTIES_BYTES}")
+    born_host = msg.born_host
+    store_host = msg.store_host
+    if len(born_host) != (_HOST_V6 if hf & MessageSysFlag.BORNHOST_V6 else _HOST_V4):
+        raise MessageFormatError(f"born host of {len(born_host)} bytes disagrees with sysFlag 0x{sys_flag:X}")
+    if len(store_host) != (_HOST_V6 if hf & MessageSysFlag.STOREHOST_V6 else _HOST_V4):
+        raise MessageFormatError(
+            f"store host of {len(store_host)} bytes disagrees with sysFlag 0x{sys_flag:X}"
+        )
+    body = msg.body
+    body_len = len(body)
+    fixed = _FIXED[hf]
+    topic_prefix = _TOPIC_LENGTH[magic]
+    total = fixed.size + body_len + topic_prefix.size + topic_len + 2 + props_len
+    crc = zlib.crc32(body) & 0x7FFFFFFF
+    try:
+        out = bytearray(
+            fixed.pack(
+                total,
+                magic,
+                crc,
+                msg.queue_id,
+                msg.flag,
+                msg.queue_offset,
+                msg.commit_log_offset,
+                sys_flag,
+                msg.born_timestamp,
+                born_host,
+                msg.born_port,
+                msg.store_timestamp,
+                store_host,
+                msg.store_port,
+                msg.reconsume_times,
+                msg.prepared_transaction_offset,
+                body_len,
+            )
+        )
+    except struct.error as exc:
+        raise MessageFormatError(f"message field out of range: {exc}") from None
+    out += body
+    out += topic_prefix.pack(topic_len)
+    out += topic
+    out += _PROPERTIES_LENGTH.pack(props_len)
+    out += props
+    msg.store_size = total
+    msg.body_crc = crc
+    msg.magic = magic
+    return out
+
+
+_pack_offsets = _OFFSETS.pack_into
+_pack_store_ts = _STORE_TIMESTAMP.pack_into
+_unpack_sysflag = _SYSFLAG.unpack_from
+
+
+def patch_record(
+    buf: bytearray | memoryview, pos: int, queue_offset: int, physical_offset: int, store_timestamp: int
+) -> None:
+    """Write QUEUEOFFSET, PHYSICALOFFSET and STORETIMESTAMP into the record at ``buf[pos:]``."""
+    _pack_offsets(buf, pos + QUEUE_OFFSET_POS, queue_offset, physical_offset)
+    (sys_flag,) = _unpack_sysflag(buf, pos + SYSFLAG_POS)
+    _pack_store_ts(buf, pos + _STORE_TS_POS[sys_flag & _HOST_FLAGS], store_timestamp)
+
+
+# --------------------------------------------------------------------------------------------------
+# offsetMsgId
+
+
+def encode_offset_msg_id(address: bytes, port: int, commit_log_offset: int) -> str:
+    """Broker message id: uppercase hex of store address (4 or 16 bytes), port, CommitLog offset."""
+    if len(address) == _HOST_V4:
+        layout = _MSG_ID[False]
+    elif len(address) == _HOST_V6:
+        layout = _MSG_ID[True]
+    else:
+        raise MessageFormatError(f"store address of {len(address)} bytes is neither IPv4 nor IPv6")
+    try:
+        return layout.pack(address, port, commit_log_offset).hex().upper()
+    except struct.error as exc:
+        raise MessageFormatError(f"offsetMsgId field out of range: {exc}") from None
+
+
+def decode_offset_msg_id(msg_id: str) -> tuple[bytes, int, int]:
+    """``(address, port, commit_log_offset)`` of an offsetMsgId: 32 hex chars IPv4, 56 IPv6."""
+    layout = _MSG_ID_HEX_LENGTH.get(len(msg_id))
+    if layout is None:
+        raise MessageFormatError(f"offsetMsgId of {len(msg_id)} characters (expected 32 or 56)")
+    try:
+        raw = bytes.fromhex(msg_id)
+    except ValueError:
+        raise MessageFormatError(f"offsetMsgId {msg_id!r} is not hex") from None
+    if len(raw) != layout.size:  # fromhex skips whitespace
+        raise MessageFormatError(f"offsetMsgId {msg_id!r} is not hex")
+    return layout.unpack(raw)
+
+
+# --------------------------------------------------------------------------------------------------
+# Batch body
+
+
+@dataclass(slots=True)
+class BatchEntry:
+    """One message of a SEND_BATCH_MESSAGE body. ``sys_flag`` is not on the wire (the batch's sysFlag
+    comes from the request header); it is carried for callers. ``magic``/``body_crc`` are kept as sent
+    (Java clients send 0)."""
+
+    flag: int = 0
+    body: bytes = b""
+    properties: dict[str, str] = field(default_factory=dict)
+    sys_flag: int = 0
+    magic: int = 0
+    body_crc: int = 0
+    properties_raw: str | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def uniq_key(self) -> str | None:
+        return self.properties.get(PROPERTY_UNIQ_KEY)
+
+
+def decode_batch(body: Buffer) -> list[BatchEntry]:
+    """Split a batch body (§4.6); ``MessageFormatError`` if an entry is truncated or its sizes disagree."""
+    out: list[BatchEntry] = []
+    pos = 0
+    end = len(body)
+    fixed = _BATCH_FIXED.size
+    unpack = _BATCH_FIXED.unpack_from
+    unpack_props = _BATCH_PROPERTIES_LENGTH.unpack_from
+    try:
+        while pos < end:
+            total, magic, crc, flag, body_len = unpack(body, pos)
+            entry_end = pos + total
+            if total < fixed + 2 or entry_end > end:
+                raise MessageFormatError(f"batch entry size {total} at {pos} overruns a body of {end} bytes")
+            start = pos + fixed
+            if body_len < 0 or start + body_len + 2 > entry_end:
+                raise MessageFormatError(f"batch entry body length {body_len} at {pos} overruns the entry")
+            data = bytes(body[start : start + body_len])
+            start += body_len
+            (props_len,) = unpack_props(body, start)
+            start += 2
+            if props_len < 0 or start + props_len != entry_end:
+                raise MessageFormatError(
+                    f"batch entry properties length {props_len} at {pos} is inconsistent"
+                )
+            raw = str(body[start:entry_end], "utf-8")
+            out.append(BatchEntry(flag, data, parse_properties(raw), 0, magic, crc, raw))
+            pos = entry_end
+    except struct.error as exc:
+        raise MessageFormatError(f"truncated batch entry at {pos}: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise MessageFormatError(f"invalid UTF-8 in batch entry properties at {pos}: {exc}") from None
+    return out
+
+
+def encode_batch(entries: list[BatchEntry]) -> bytes:
+    """A batch body as ``MessageDecoder.encodeMessages`` writes it."""
+    parts: list[bytes] = []
+    fixed = _BATCH_FIXED
+    for entry in entries:
+        try:
+            props = _properties_text(entry.properties, entry.properties_raw).encode()
+        except UnicodeEncodeError as exc:
+            raise MessageFormatError(f"batch entry properties cannot be encoded as UTF-8: {exc}") from None
+        if len(props) > MAX_PROPERTIES_BYTES:
+            raise MessageFormatError(
+                f"properties of {len(props)} bytes are longer than {MAX_PROPERTIES_BYTES}"
+            )
+        total = fixed.size + len(entry.body) + 2 + len(props)
+        try:
+            parts.append(fixed.pack(total, entry.magic, entry.body_crc, entry.flag, len(entry.body)))
+        except struct.error as exc:
+            raise MessageFormatError(f"batch entry field out of range: {exc}") from None
+        parts.append(bytes(entry.body))
+        parts.append(_BATCH_PROPERTIES_LENGTH.pack(len(props)))
+        parts.append(props)
+    return b"".join(parts)
+
+
+# --------------------------------------------------------------------------------------------------
+# Compression
+
+_COMPRESSION_NAMES = {
+    MessageSysFlag.LZ4: "lz4",
+    MessageSysFlag.ZSTD: "zstd",
+    MessageSysFlag.ZLIB: "zlib",
+}
+_COMPRESSION_BY_NAME = {name: flag for flag, name in _COMPRESSION_NAMES.items()}
+#: Java producer defaults (``compressMsgBodyOverHowmuch``, ``rocketmq.message.compressLevel``).
+COMPRESS_OVER_BYTES = 4096
+DEFAULT_COMPRESS_LEVEL = 5
+
+
+def _compression_kind(kind: int | str) -> int:
+    if isinstance(kind, str):
+        flag = _COMPRESSION_BY_NAME.get(kind.strip().lower())
+        if flag is None:
+            raise MessageFormatError(f"unknown compression type {kind!r}")
+        return flag
+    flag = kind & MessageSysFlag.COMPRESSION_MASK or MessageSysFlag.ZLIB
+    if flag not in _COMPRESSION_NAMES:
+        raise MessageFormatError(f"unknown compression type bits 0x{flag:X}")
+    return flag
+
+
+def compression_flags(kind: int | str) -> int:
+    """sysFlag bits (COMPRESSED | type) for a compression type name or type bits."""
+    return MessageSysFlag.COMPRESSED | _compression_kind(kind)
+
+
+def _lz4_frame() -> Any:
+    try:
+        import lz4.frame
+    except ImportError:
+        raise CompressionUnavailable(
+            "lz4 compression needs the 'lz4' package, which is not installed"
+        ) from None
+    return lz4.frame
+
+
+def compress_body(
+    body: Buffer, kind: int | str = MessageSysFlag.ZLIB, level: int = DEFAULT_COMPRESS_LEVEL
+) -> bytes:
+    """Compress like RocketMQ's compressors: zlib stream (Deflater), zstd frame, or LZ4 frame with
+    lz4-java's ``LZ4FrameOutputStream`` defaults (4 MiB independent blocks, no checksums/size)."""
+    flag = _compression_kind(kind)
+    if flag == MessageSysFlag.ZLIB:
+        return zlib.compress(body, level)
+    if flag == MessageSysFlag.ZSTD:
+        import zstandard
+
+        return zstandard.ZstdCompressor(level=level).compress(body)
+    lz4_frame = _lz4_frame()
+    return lz4_frame.compress(
+        bytes(body),
+        block_size=lz4_frame.BLOCKSIZE_MAX4MB,
+        block_linked=False,
+        content_checksum=False,
+        block_checksum=False,
+        store_size=False,
+    )
+
+
+def decompress_body(body: Buffer, sys_flag: int) -> bytes:
+    """The body uncompressed if sysFlag has COMPRESSED (type bits 0 or ZLIB = zlib), else as is."""
+    if not sys_flag & MessageSysFlag.COMPRESSED:
+        return bytes(body)
+    flag = _compression_kind(sys_flag)
+    try:
+        if flag == MessageSysFlag.ZLIB:
+            return zlib.decompress(body)
+        if flag == MessageSysFlag.ZSTD:
+            import zstandard
+
+            dobj = zstandard.ZstdDecompressor().decompressobj()
+            out = dobj.decompress(bytes(body))
+            if not dobj.eof:
+                raise MessageFormatError("truncated zstd body")
+            return out
+        lz4_frame = _lz4_frame()
+        return lz4_frame.decompress(bytes(body))
+    except CompressionUnavailable:
+        raise
+    except MessageFormatError:
+        raise
+    except Exception as exc:  # each codec raises its own error types
+        name = _COMPRESSION_NAMES[flag]
+        raise MessageFormatError(f"{name} body does not decompress: {exc}") from None
+
+
+# --------------------------------------------------------------------------------------------------
+# Tag hash
+
+
+def java_string_hash(s: str) -> int:
+    """Java ``String.hashCode()``: int32 arithmetic over UTF-16 code units, signed result."""
+    if s.isascii():
+        units: Any = s.encode("ascii")
+    else:
+        data = s.encode("utf-16-be", "surrogatepass")
+        units = struct.unpack(f">{len(data) // 2}H", data)
+    h = 0
+    for unit in units:
+        h = (31 * h + unit) & 0xFFFFFFFF
+    return h - 0x100000000 if h & 0x80000000 else h
+
+
+@lru_cache(maxsize=4096)
+def tags_code(tags: str | None) -> int:
+    """ConsumeQueue tagsCode of a TAGS value (``MessageExtBrokerInner.tagsString2tagsCode``)."""
+    if not tags:
+        return 0
+    return java_string_hash(tags)
