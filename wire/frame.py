@@ -117,8 +117,12 @@ class FrameDecoder:
         return out
 
     def feed_raw(self, data: bytes | bytearray | memoryview) -> list[bytes]:
-        """Split into complete raw frames (length prefix included) without decoding headers."""
-        frames = []
+        """Split into complete raw frames (length prefix included) without decoding headers.
+
+        On a bad envelope ``FrameError`` carries the frames split before it in ``exc.frames``; the
+        buffer then starts at the bad frame.
+        """
+        frames: list[bytes] = []
         buf = self._buffer
         buf += data
         pos = 0
@@ -131,6 +135,9 @@ class FrameDecoder:
                     break
                 frames.append(bytes(buf[pos : pos + length + 4]))
                 pos += length + 4
+        except FrameError as exc:
+            exc.frames = frames  # type: ignore[attr-defined]
+            raise
         finally:
             del buf[:pos]
         return frames
