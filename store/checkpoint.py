@@ -1,0 +1,42 @@
+"""StoreCheckpoint: store timestamps of the newest records known flushed in CommitLog, ConsumeQueue, index."""
+
+from __future__ import annotations
+
+import mmap
+import os
+from pathlib import Path
+
+from rmqgate.store.layout import CHECKPOINT, CHECKPOINT_FILE_SIZE
+
+
+class StoreCheckpoint:
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        if os.fstat(self._fd).st_size != CHECKPOINT_FILE_SIZE:
+            os.ftruncate(self._fd, CHECKPOINT_FILE_SIZE)
+        self._mm = mmap.mmap(self._fd, CHECKPOINT_FILE_SIZE)
+        (self.physic_msg_timestamp, self.logics_msg_timestamp, self.index_msg_timestamp) = (
+            CHECKPOINT.unpack_from(self._mm, 0)
+        )
+
+    def min_timestamp(self) -> int:
+        """``getMinTimestamp``: 3 s of slack before the older of the CommitLog/ConsumeQueue marks."""
+        return max(0, min(self.physic_msg_timestamp, self.logics_msg_timestamp) - 3000)
+
+    def min_timestamp_index(self) -> int:
+        return min(self.min_timestamp(), self.index_msg_timestamp)
+
+    def flush(self) -> None:
+        CHECKPOINT.pack_into(
+            self._mm, 0, self.physic_msg_timestamp, self.logics_msg_timestamp, self.index_msg_timestamp
+        )
+        os.fdatasync(self._fd)
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            self.flush()
+            self._mm.close()
+            os.close(self._fd)
+            self._fd = -1

@@ -1,0 +1,254 @@
+"""IndexFile (header, hash slots, linked entries) and IndexService: lookup by KEYS token and UNIQ_KEY."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from rmqgate.store.layout import INDEX_ENTRY, INDEX_HEADER, INDEX_HEADER_SIZE, INDEX_SLOT
+from rmqgate.store.mapped_file import MappedFile
+
+_entry_pack = INDEX_ENTRY.pack_into
+_entry_unpack = INDEX_ENTRY.unpack_from
+_slot_pack = INDEX_SLOT.pack_into
+_slot_unpack = INDEX_SLOT.unpack_from
+_INT_MAX = 0x7FFFFFFF
+
+
+def index_file_name(ms: int) -> str:
+    """``UtilAll.timeMillisToHumanString``: yyyyMMddHHmmssSSS in local time."""
+    return time.strftime("%Y%m%d%H%M%S", time.localtime(ms / 1000)) + f"{ms % 1000:03d}"
+
+
+class IndexFile:
+    def __init__(self, path: Path, hash_slot_num: int, index_num: int) -> None:
+        self.hash_slot_num = hash_slot_num
+        self.index_num = index_num
+        self.entries_pos = INDEX_HEADER_SIZE + hash_slot_num * INDEX_SLOT.size
+        size = self.entries_pos + index_num * INDEX_ENTRY.size
+        self._file = _NamedMappedFile(path, size)
+        self.buf = self._file.buf
+        (
+            self.begin_timestamp,
+            self.end_timestamp,
+            self.begin_phy_offset,
+            self.end_phy_offset,
+            self.hash_slot_count,
+            self.index_count,
+        ) = INDEX_HEADER.unpack_from(self.buf, 0)
+        if self.index_count <= 0:
+            self.index_count = 1  # index numbers start at 1; 0 marks an empty slot / end of chain
+
+    @property
+    def path(self) -> Path:
+        return self._file.path
+
+    def _write_header(self) -> None:
+        INDEX_HEADER.pack_into(
+            self.buf,
+            0,
+            self.begin_timestamp,
+            self.end_timestamp,
+            self.begin_phy_offset,
+            self.end_phy_offset,
+            self.hash_slot_count,
+            self.index_count,
+        )
+
+    def init_continuation(self, end_phy_offset: int, end_timestamp: int) -> None:
+        if end_phy_offset > 0:
+            self.begin_phy_offset = self.end_phy_offset = end_phy_offset
+        if end_timestamp > 0:
+            self.begin_timestamp = self.end_timestamp = end_timestamp
+        self._write_header()
+
+    def is_write_full(self) -> bool:
+        return self.index_count >= self.index_num
+
+    def put_key(self, key_hash: int, phy_offset: int, store_timestamp: int) -> bool:
+        """Append an entry for a key whose ``indexKeyHashMethod`` value is ``key_hash``."""
+        count = self.index_count
+        if count >= self.index_num:
+            return False
+        buf = self.buf
+        slot_pos = INDEX_HEADER_SIZE + (key_hash % self.hash_slot_num) * 4
+        (prev,) = _slot_unpack(buf, slot_pos)
+        if prev <= 0 or prev > count:
+            prev = 0
+        if self.begin_timestamp <= 0:
+            diff = 0
+        else:
+            diff = min(max((store_timestamp - self.begin_timestamp) // 1000, 0), _INT_MAX)
+        _entry_pack(buf, self.entries_pos + count * 20, key_hash, phy_offset, diff, prev)
+        _slot_pack(buf, slot_pos, count)
+        if count <= 1:
+            self.begin_phy_offset = phy_offset
+            self.begin_timestamp = store_timestamp
+        self.hash_slot_count += 1
+        self.index_count = count + 1
+        self.end_phy_offset = phy_offset
+        self.end_timestamp = store_timestamp
+        self._write_header()
+        return True
+
+    def is_time_matched(self, begin: int, end: int) -> bool:
+        b, e = self.begin_timestamp, self.end_timestamp
+        return (begin < b and end > e) or (b <= begin <= e) or (b <= end <= e)
+
+    def select_phy_offsets(self, out: list[int], key_hash: int, max_num: int, begin: int, end: int) -> None:
+        buf = self.buf
+        count = self.index_count
+        (idx,) = _slot_unpack(buf, INDEX_HEADER_SIZE + (key_hash % self.hash_slot_num) * 4)
+        if idx <= 0 or idx > count or count <= 1:
+            return
+        seen = 0
+        while len(out) < max_num and seen <= count:
+            seen += 1
+            h, phy, diff, prev = _entry_unpack(buf, self.entries_pos + idx * 20)
+            if diff < 0:
+                break
+            t = self.begin_timestamp + diff * 1000
+            if h == key_hash and begin <= t <= end:
+                out.append(phy)
+            if prev <= 0 or prev > count or prev == idx or t < begin:
+                break
+            idx = prev
+
+    def flush(self) -> None:
+        self._write_header()
+        self._file.flush_all()
+
+    def close(self) -> None:
+        self._file.close()
+
+    def destroy(self) -> None:
+        self._file.destroy()
+
+
+class _NamedMappedFile(MappedFile):
+    """A MappedFile whose name is a timestamp, not an offset."""
+
+    __slots__ = ()
+
+    def __init__(self, path: Path, size: int) -> None:
+        import mmap
+        import os
+
+        self.path = path
+        self.file_size = size
+        self.file_from_offset = 0
+        self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        if os.fstat(self._fd).st_size != size:
+            os.ftruncate(self._fd, size)
+        self.mm = mmap.mmap(self._fd, size)
+        self.buf = memoryview(self.mm)
+        self.wrote_position = self.flushed_position = 0
+
+    def flush_all(self) -> None:
+        import os
+
+        os.fdatasync(self._fd)
+
+
+class IndexService:
+    def __init__(
+        self, root: Path, hash_slot_num: int, index_num: int, key_hash: Callable[[str], int]
+    ) -> None:
+        self.dir = Path(root)
+        self.hash_slot_num = hash_slot_num
+        self.index_num = index_num
+        self._java_hash = key_hash
+        self.files: list[IndexFile] = []
+        self._lock = threading.Lock()
+
+    def key_hash(self, key: str) -> int:
+        """``indexKeyHashMethod``: abs(String.hashCode), MIN_VALUE -> 0."""
+        h = self._java_hash(key)
+        return 0 if h == -0x80000000 else abs(h)
+
+    def load(self, last_exit_ok: bool, index_checkpoint_ts: int) -> None:
+        if not self.dir.is_dir():
+            return
+        for p in sorted(x for x in self.dir.iterdir() if x.is_file()):
+            f = IndexFile(p, self.hash_slot_num, self.index_num)
+            if not last_exit_ok and f.end_timestamp > index_checkpoint_ts:
+                f.destroy()  # not known to be complete on disk: rebuilt from the CommitLog
+                continue
+            self.files.append(f)
+
+    def _last_file(self) -> IndexFile:
+        last = self.files[-1] if self.files else None
+        if last is not None and not last.is_write_full():
+            return last
+        self.dir.mkdir(parents=True, exist_ok=True)
+        ms = int(time.time() * 1000)
+        while (self.dir / index_file_name(ms)).exists():
+            ms += 1
+        f = IndexFile(self.dir / index_file_name(ms), self.hash_slot_num, self.index_num)
+        if last is not None:
+            f.init_continuation(last.end_phy_offset, last.end_timestamp)
+            last.flush()
+        with self._lock:
+            self.files.append(f)
+        return f
+
+    def build_index(
+        self, topic: str, keys: str | None, uniq_key: str | None, phy_offset: int, store_timestamp: int
+    ) -> None:
+        f = self._last_file()
+        if phy_offset < f.end_phy_offset:
+            return  # already indexed (re-dispatch after recovery)
+        if uniq_key:
+            f = self._put(f, self.key_hash(f"{topic}#{uniq_key}"), phy_offset, store_timestamp)
+        if keys:
+            for k in keys.split(" "):
+                if k:
+                    f = self._put(f, self.key_hash(f"{topic}#{k}"), phy_offset, store_timestamp)
+
+    def _put(self, f: IndexFile, h: int, phy: int, ts: int) -> IndexFile:
+        while not f.put_key(h, phy, ts):
+            f = self._last_file()
+        return f
+
+    def query_offset(
+        self, topic: str, key: str, max_num: int, begin: int, end: int
+    ) -> tuple[list[int], int, int]:
+        out: list[int] = []
+        last_ts = last_phy = 0
+        h = self.key_hash(f"{topic}#{key}")
+        files = list(self.files)
+        for i in range(len(files) - 1, -1, -1):
+            f = files[i]
+            if i == len(files) - 1:
+                last_ts, last_phy = f.end_timestamp, f.end_phy_offset
+            if f.is_time_matched(begin, end):
+                f.select_phy_offsets(out, h, max_num, begin, end)
+            if f.begin_timestamp < begin or len(out) >= max_num:
+                break
+        return out, last_ts, last_phy
+
+    def flush(self) -> int:
+        """Flush every index file; returns the end timestamp now safe on disk (for the checkpoint)."""
+        files = list(self.files)
+        for f in files:
+            f.flush()
+        return files[-1].end_timestamp if files else 0
+
+    def delete_expired(self, min_phy_offset: int) -> int:
+        n = 0
+        for f in self.files[:-1]:
+            if f.end_phy_offset >= min_phy_offset:
+                break
+            n += 1
+        with self._lock:
+            gone, self.files = self.files[:n], self.files[n:]
+        for f in gone:
+            f.destroy()
+        return n
+
+    def close(self) -> None:
+        for f in self.files:
+            f.close()
+        self.files = []

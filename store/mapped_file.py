@@ -1,0 +1,234 @@
+"""Memory-mapped segment files named by their 20-digit start offset (``MappedFile``/``MappedFileQueue``).
+
+Writers copy into the mmap; durability comes from ``fdatasync`` on the file descriptor (releases the
+GIL, unlike ``mmap.flush``), which writes back the shared mapping's dirty pages.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import threading
+import time
+from pathlib import Path
+
+PAGE_SIZE = 4096
+_ZERO_CHUNK = bytes(1 << 20)
+
+
+def offset_to_file_name(offset: int) -> str:
+    return f"{offset:020d}"
+
+
+class MappedFile:
+    __slots__ = (
+        "_fd",
+        "buf",
+        "file_from_offset",
+        "file_size",
+        "flushed_position",
+        "mm",
+        "path",
+        "wrote_position",
+    )
+
+    def __init__(self, path: Path, file_size: int, *, create: bool = True) -> None:
+        self.path = path
+        self.file_size = file_size
+        self.file_from_offset = int(path.name)
+        flags = os.O_RDWR | (os.O_CREAT if create else 0)
+        self._fd = os.open(path, flags, 0o644)
+        try:
+            if os.fstat(self._fd).st_size != file_size:
+                os.ftruncate(self._fd, file_size)
+            self.mm = mmap.mmap(self._fd, file_size)
+        except BaseException:
+            os.close(self._fd)
+            raise
+        self.buf = memoryview(self.mm)
+        self.wrote_position = 0
+        self.flushed_position = 0
+
+    @property
+    def fd(self) -> int:
+        return self._fd
+
+    @property
+    def end_offset(self) -> int:
+        return self.file_from_offset + self.file_size
+
+    def is_full(self) -> bool:
+        return self.wrote_position >= self.file_size
+
+    def flush(self) -> int:
+        """fdatasync what was written since the last flush; returns the flushed position."""
+        pos = self.wrote_position
+        if pos > self.flushed_position:
+            os.fdatasync(self._fd)
+            self.flushed_position = pos
+        return self.flushed_position
+
+    def last_modified(self) -> float:
+        return os.fstat(self._fd).st_mtime
+
+    def zero_from(self, pos: int) -> None:
+        """Zero every non-zero byte from ``pos`` to the end (torn tails must not resurface later)."""
+        buf = self.buf
+        while pos < self.file_size:
+            end = min(pos + len(_ZERO_CHUNK), self.file_size)
+            if buf[pos:end] != _ZERO_CHUNK[: end - pos]:
+                buf[pos:end] = _ZERO_CHUNK[: end - pos]
+            pos = end
+
+    def close(self) -> None:
+        if self._fd < 0:
+            return
+        try:
+            self.buf.release()
+            self.mm.close()
+        except BufferError:
+            pass  # zero-copy views still alive; the mapping goes when they do
+        os.close(self._fd)
+        self._fd = -1
+
+    def destroy(self) -> None:
+        self.close()
+        try:
+            self.path.unlink()
+        except FileNotFoundError:
+            pass
+
+
+class MappedFileQueue:
+    """Ordered segments of one log (the CommitLog, or one ConsumeQueue)."""
+
+    def __init__(self, store_path: Path, mapped_file_size: int) -> None:
+        self.store_path = Path(store_path)
+        self.mapped_file_size = mapped_file_size
+        self.files: list[MappedFile] = []
+        self.flushed_where = 0
+        self._lock = threading.Lock()
+
+    def load(self) -> None:
+        if not self.store_path.is_dir():
+            return
+        names = sorted(p for p in self.store_path.iterdir() if p.is_file() and p.name.isdigit())
+        for p in names:
+            if p.stat().st_size != self.mapped_file_size:
+                # RocketMQ refuses to load; a wrong-size file means a foreign or damaged store
+                raise ValueError(f"{p}: size {p.stat().st_size} != mapped file size {self.mapped_file_size}")
+            f = MappedFile(p, self.mapped_file_size, create=False)
+            f.wrote_position = f.flushed_position = self.mapped_file_size
+            self.files.append(f)
+
+    # -- lookup --
+    def last(self) -> MappedFile | None:
+        return self.files[-1] if self.files else None
+
+    def first(self) -> MappedFile | None:
+        return self.files[0] if self.files else None
+
+    def get_last_mapped_file(self, start_offset: int = 0, create: bool = True) -> MappedFile | None:
+        """The segment being written; a new one when the last is full (or none exists)."""
+        last = self.files[-1] if self.files else None
+        if last is not None and not last.is_full():
+            return last
+        if not create:
+            return last
+        if last is None:
+            create_offset = start_offset - (start_offset % self.mapped_file_size)
+        else:
+            create_offset = last.file_from_offset + self.mapped_file_size
+        self.store_path.mkdir(parents=True, exist_ok=True)
+        f = MappedFile(self.store_path / offset_to_file_name(create_offset), self.mapped_file_size)
+        with self._lock:
+            self.files.append(f)
+        return f
+
+    def find_mapped_file_by_offset(self, offset: int) -> MappedFile | None:
+        files = self.files
+        if not files:
+            return None
+        first = files[0]
+        idx = (offset - first.file_from_offset) // self.mapped_file_size
+        if 0 <= idx < len(files):
+            f = files[idx]
+            if f.file_from_offset <= offset < f.end_offset:
+                return f
+        for f in files:  # after a deletion left a gap
+            if f.file_from_offset <= offset < f.end_offset:
+                return f
+        return None
+
+    def get_min_offset(self) -> int:
+        return self.files[0].file_from_offset if self.files else 0
+
+    def get_max_offset(self) -> int:
+        """End of written data (``getMaxOffset``)."""
+        last = self.files[-1] if self.files else None
+        return last.file_from_offset + last.wrote_position if last else 0
+
+    def total_file_size(self) -> int:
+        return len(self.files) * self.mapped_file_size
+
+    # -- flush --
+    def flush(self) -> int:
+        """Flush segments from ``flushed_where`` up to what was written; returns the new flushed_where."""
+        while True:
+            f = self.find_mapped_file_by_offset(self.flushed_where)
+            if f is None:
+                f = (
+                    self.files[0]
+                    if self.files and self.flushed_where < self.files[0].file_from_offset
+                    else None
+                )
+                if f is None:
+                    return self.flushed_where
+            pos = f.flush()
+            self.flushed_where = f.file_from_offset + pos
+            if pos < f.file_size:
+                return self.flushed_where
+
+    # -- truncation / deletion --
+    def set_positions(self, offset: int) -> None:
+        """After recovery: data ends at ``offset``; later segments are removed, the tail is zeroed."""
+        keep: list[MappedFile] = []
+        for f in self.files:
+            if f.end_offset <= offset:
+                keep.append(f)
+            elif f.file_from_offset <= offset:
+                pos = offset - f.file_from_offset
+                f.zero_from(pos)
+                f.wrote_position = f.flushed_position = pos
+                keep.append(f)
+            else:
+                f.destroy()
+        with self._lock:
+            self.files = keep
+        self.flushed_where = offset
+
+    def delete_first(self, n: int) -> list[MappedFile]:
+        with self._lock:
+            gone, self.files = self.files[:n], self.files[n:]
+        for f in gone:
+            f.destroy()
+        return gone
+
+    def reset_to(self, offset: int) -> None:
+        """Drop all segments and start fresh at ``offset`` (a queue whose data was all removed)."""
+        self.delete_first(len(self.files))
+        self.flushed_where = offset
+
+    def expired_by_time(self, expired_ms: int, now_ms: int | None = None, keep_last: bool = True) -> int:
+        """How many leading segments were last modified more than ``expired_ms`` ago."""
+        now = time.time() * 1000 if now_ms is None else now_ms
+        limit = len(self.files) - (1 if keep_last else 0)
+        n = 0
+        while n < limit and self.files[n].last_modified() * 1000 + expired_ms <= now:
+            n += 1
+        return n
+
+    def close(self) -> None:
+        for f in self.files:
+            f.close()
+        self.files = []

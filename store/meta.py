@@ -1,0 +1,161 @@
+"""LMDB side-store for broker metadata: topic configs, subscription groups, consumer and delay offsets.
+
+One environment (``<root>/meta``) with named databases; values are JSON. Every write is one LMDB
+transaction (atomic). Consumer offsets change constantly, so like RocketMQ's ConsumerOffsetManager
+they live in memory and are persisted in one transaction every ``flush_consumer_offset_interval``
+and on shutdown.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import lmdb
+
+TOPICS = "topics"
+SUBSCRIPTION_GROUPS = "subscription_groups"
+CONSUMER_OFFSETS = "consumer_offsets"
+DELAY_OFFSETS = "delay_offsets"
+DATABASES = (TOPICS, SUBSCRIPTION_GROUPS, CONSUMER_OFFSETS, DELAY_OFFSETS)
+_VERSIONS = "data_versions"
+
+_dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+_loads = json.loads
+
+
+class LmdbMetaStore:
+    def __init__(self, path: Path, map_size: int = 1 << 30) -> None:
+        self.path = Path(path)
+        self.path.mkdir(parents=True, exist_ok=True)
+        # metasync=False: one fsync per commit; a system crash may undo only the last transaction
+        self.env = lmdb.open(str(self.path), map_size=map_size, max_dbs=8, metasync=False, lock=True)
+        self._dbs = {name: self.env.open_db(name.encode()) for name in (*DATABASES, _VERSIONS)}
+        self._lock = threading.Lock()
+        self._offsets: dict[str, dict[int, int]] = {}
+        self._dirty: set[str] = set()
+        for key, value in self.items(CONSUMER_OFFSETS):
+            self._offsets[key] = {int(q): int(o) for q, o in value.items()}
+
+    def _db(self, db: str) -> Any:
+        try:
+            return self._dbs[db]
+        except KeyError:
+            raise KeyError(f"unknown metadata database {db!r}") from None
+
+    def _bump(self, txn: lmdb.Transaction, db: str) -> None:
+        raw = txn.get(db.encode(), db=self._dbs[_VERSIONS])
+        version = _loads(raw) if raw else {"counter": 0, "timestamp": 0}
+        version = {"counter": int(version["counter"]) + 1, "timestamp": int(time.time() * 1000)}
+        txn.put(db.encode(), _dumps(version).encode(), db=self._dbs[_VERSIONS])
+
+    # -- generic --
+    def get(self, db: str, key: str) -> Any | None:
+        with self.env.begin(db=self._db(db)) as txn:
+            raw = txn.get(key.encode())
+        return None if raw is None else _loads(raw)
+
+    def put(self, db: str, key: str, value: Any) -> None:
+        self.put_many(db, {key: value})
+
+    def put_many(self, db: str, items: dict[str, Any], *, replace: bool = False) -> None:
+        handle = self._db(db)
+        with self.env.begin(write=True) as txn:
+            if replace:
+                txn.drop(handle, delete=False)
+            for k, v in items.items():
+                txn.put(k.encode(), _dumps(v).encode(), db=handle)
+            self._bump(txn, db)
+        if db == CONSUMER_OFFSETS:
+            with self._lock:
+                if replace:
+                    self._offsets.clear()
+                for k, v in items.items():
+                    self._offsets[k] = {int(q): int(o) for q, o in v.items()}
+                    self._dirty.discard(k)
+
+    def delete(self, db: str, key: str) -> bool:
+        with self.env.begin(write=True) as txn:
+            found = txn.delete(key.encode(), db=self._db(db))
+            if found:
+                self._bump(txn, db)
+        if db == CONSUMER_OFFSETS:
+            with self._lock:
+                self._offsets.pop(key, None)
+                self._dirty.discard(key)
+        return bool(found)
+
+    def items(self, db: str) -> Iterator[tuple[str, Any]]:
+        with self.env.begin(db=self._db(db)) as txn:
+            rows = [(k.decode(), _loads(v)) for k, v in txn.cursor()]
+        return iter(rows)
+
+    def data_version(self, db: str) -> dict[str, int]:
+        with self.env.begin(db=self._dbs[_VERSIONS]) as txn:
+            raw = txn.get(db.encode())
+        return _loads(raw) if raw else {"counter": 0, "timestamp": 0}
+
+    def set_data_version(self, db: str, version: dict[str, int]) -> None:
+        with self.env.begin(write=True) as txn:
+            v = {"counter": int(version.get("counter", 0)), "timestamp": int(version.get("timestamp", 0))}
+            txn.put(db.encode(), _dumps(v).encode(), db=self._dbs[_VERSIONS])
+
+    # -- consumer offsets --
+    def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        key = f"{topic}@{group}"
+        with self._lock:
+            self._offsets.setdefault(key, {})[queue_id] = offset
+            self._dirty.add(key)
+
+    def query_offset(self, group: str, topic: str, queue_id: int) -> int:
+        table = self._offsets.get(f"{topic}@{group}")
+        if table is None:
+            return -1
+        return table.get(queue_id, -1)
+
+    def offset_table(self) -> dict[str, dict[int, int]]:
+        with self._lock:
+            return {k: dict(v) for k, v in self._offsets.items()}
+
+    def remove_offsets(self, *, topic: str | None = None, group: str | None = None) -> None:
+        with self._lock:
+            keys = [
+                k
+                for k in self._offsets
+                if (topic is None or k.partition("@")[0] == topic)
+                and (group is None or k.partition("@")[2] == group)
+            ]
+        for k in keys:
+            self.delete(CONSUMER_OFFSETS, k)
+
+    def persist_offsets(self) -> None:
+        with self._lock:
+            dirty = {
+                k: {str(q): o for q, o in self._offsets[k].items()} for k in self._dirty if k in self._offsets
+            }
+            self._dirty.clear()
+        if not dirty:
+            return
+        handle = self._dbs[CONSUMER_OFFSETS]
+        with self.env.begin(write=True) as txn:
+            for k, v in dirty.items():
+                txn.put(k.encode(), _dumps(v).encode(), db=handle)
+            self._bump(txn, CONSUMER_OFFSETS)
+
+    # -- delay offsets --
+    def set_delay_offset(self, level: int, offset: int) -> None:
+        self.put(DELAY_OFFSETS, str(level), offset)
+
+    def delay_offsets(self) -> dict[int, int]:
+        return {int(k): int(v) for k, v in self.items(DELAY_OFFSETS)}
+
+    def close(self) -> None:
+        if self.env is not None:
+            self.persist_offsets()
+            self.env.sync(True)
+            self.env.close()
+            self.env = None  # type: ignore[assignment]
