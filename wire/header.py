@@ -37,6 +37,9 @@ def parse_bool(value: str) -> bool:
     return value == "1" or value.lower() == "true"
 
 
+_BOOL_SPELLINGS = {"true": True, "false": False, "1": True}
+
+
 def format_value(value: object) -> str:
     if value is True:
         return "true"
@@ -93,6 +96,11 @@ def _gen_decoder(
             lines.append(f"        {var} = ext[{key!r}]")
             if conv:
                 lines.append(f"        {var} = {conv}({var})")
+        elif f.kind is bool:  # a dict hit for the usual spellings, parse_bool for the rest
+            lines.append(f"        {var} = g({key!r})")
+            lines.append(
+                f"        {var} = _d{i} if {var} is None else (_bools[{var}] if {var} in _bools else _bool({var}))"
+            )
         else:
             lines.append(f"        {var} = g({key!r})")
             lines.append(f"        {var} = _d{i} if {var} is None else {conv}({var})")
@@ -101,7 +109,13 @@ def _gen_decoder(
     lines.append("        raise _error(_cls, ext, exc, True) from None")
     lines.append("    except (ValueError, TypeError) as exc:")
     lines.append("        raise _error(_cls, ext, exc, False) from None")
-    namespace: dict[str, Any] = {"_cls": cls, "_int": int, "_bool": parse_bool, "_error": _field_error}
+    namespace: dict[str, Any] = {
+        "_cls": cls,
+        "_int": int,
+        "_bool": parse_bool,
+        "_bools": _BOOL_SPELLINGS,
+        "_error": _field_error,
+    }
     for i, f in enumerate(fields):
         namespace[f"_d{i}"] = None if f.required else f.default
     exec("\n".join(lines), namespace)
