@@ -25,6 +25,8 @@ _json_encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encod
 
 def _ext_value(value: object) -> str:
     """Normalise a JSON extFields value to the string Java would have sent."""
+    if type(value) is str:  # the other values of a map that also holds numbers or booleans
+        return value
     if value is True:
         return "true"
     if value is False:
