@@ -1,0 +1,667 @@
+"""Name server: the route table brokers register into and clients read (RocketMQ's namesrv).
+
+``RouteInfoManager`` keeps clusters, brokers, topic queue data and broker liveness (expiry after
+120 s without registration, and when the registering connection closes); ``KVConfigManager`` the
+namespaced key/value configs; ``NamesrvProcessor`` serves the request codes of
+``DefaultRequestProcessor``. Route JSON has quoted integer keys for requests with version >= 401
+(V4_9_4) or acceptStandardJsonOnly, and fastjson's bare keys otherwise (PROTOCOL.md §6).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import struct
+import time
+import zlib
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from rmqgate.server.jsonbody import dumpb, dumps, ext_int, ext_str, loads, loads_object, opt_bool, opt_str
+from rmqgate.server.remoting import Channel, RequestProcessor
+from rmqgate.wire.codes import MQVersion, RequestCode, ResponseCode
+from rmqgate.wire.command import RemotingCommand
+from rmqgate.wire.errors import BodyError
+
+log = logging.getLogger("rmqgate.server.namesrv")
+
+MASTER_ID = 0
+PERM_PRIORITY, PERM_READ, PERM_WRITE, PERM_INHERIT = 8, 4, 2, 1
+TOPIC_SYS_FLAG_UNIT, TOPIC_SYS_FLAG_UNIT_SUB = 1, 2
+NAMESPACE_ORDER_TOPIC_CONFIG = "ORDER_TOPIC_CONFIG"
+BROKER_CHANNEL_EXPIRED_TIME = 120.0
+FAQ_APPLY_TOPIC = "\nSee http://rocketmq.apache.org/docs/faq/ for further details."
+
+_int32 = struct.Struct(">i")
+
+
+# --- data -----------------------------------------------------------------------------------------
+@dataclass(slots=True)
+class QueueData:
+    broker_name: str
+    read_queue_nums: int
+    write_queue_nums: int
+    perm: int
+    topic_sys_flag: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "brokerName": self.broker_name,
+            "perm": self.perm,
+            "readQueueNums": self.read_queue_nums,
+            "topicSysFlag": self.topic_sys_flag,
+            "writeQueueNums": self.write_queue_nums,
+        }
+
+
+@dataclass(slots=True)
+class BrokerData:
+    cluster: str
+    broker_name: str
+    broker_addrs: dict[int, str] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "brokerAddrs": dict(sorted(self.broker_addrs.items())),
+            "brokerName": self.broker_name,
+            "cluster": self.cluster,
+        }
+
+
+@dataclass(slots=True)
+class BrokerLiveInfo:
+    last_update: float
+    data_version: dict[str, int]
+    channel: Channel | None
+    ha_server_addr: str
+
+
+def data_version_equal(a: dict[str, Any] | None, b: dict[str, Any] | None) -> bool:
+    if a is None or b is None:
+        return False
+    return a.get("counter") == b.get("counter") and a.get("timestamp") == b.get("timestamp")
+
+
+# --- RegisterBrokerBody ---------------------------------------------------------------------------
+def topic_config_encode(tc: dict[str, Any]) -> str:
+    """TopicConfig.encode(): ``name readQ writeQ perm filterType`` (space-separated)."""
+    return (
+        f"{tc['topicName']} {tc.get('readQueueNums', 16)} {tc.get('writeQueueNums', 16)} "
+        f"{tc.get('perm', 6)} {tc.get('topicFilterType', 'SINGLE_TAG')}"
+    )
+
+
+def topic_config_decode(text: str) -> dict[str, Any] | None:
+    parts = text.split(" ", 5)  # 5.x appends " <attributes JSON>"
+    if len(parts) < 5:
+        return None
+    try:
+        tc: dict[str, Any] = {
+            "topicName": parts[0],
+            "readQueueNums": int(parts[1]),
+            "writeQueueNums": int(parts[2]),
+            "perm": int(parts[3]),
+            "topicFilterType": parts[4],
+            "topicSysFlag": 0,
+            "order": False,
+        }
+    except ValueError:
+        return None
+    if len(parts) == 6:
+        with contextlib.suppress(BodyError):
+            tc["attributes"] = loads(parts[5], "TopicConfig attributes")
+    return tc
+
+
+def encode_register_body(
+    topic_config_table: dict[str, dict[str, Any]],
+    data_version: dict[str, int],
+    filter_server_list: list[str] | None = None,
+    *,
+    compressed: bool = False,
+) -> bytes:
+    filters = filter_server_list or []
+    if not compressed:
+        return dumpb(
+            {
+                "filterServerList": filters,
+                "topicConfigSerializeWrapper": {
+                    "dataVersion": data_version,
+                    "topicConfigTable": topic_config_table,
+                },
+            }
+        )
+    parts = []
+    dv = dumpb(data_version)
+    parts += [_int32.pack(len(dv)), dv, _int32.pack(len(topic_config_table))]
+    for tc in topic_config_table.values():
+        enc = topic_config_encode(tc).encode()
+        parts += [_int32.pack(len(enc)), enc]
+    fl = dumpb(filters)
+    parts += [_int32.pack(len(fl)), fl]
+    return zlib.compress(b"".join(parts), 9)
+
+
+def decode_register_body(body: bytes, compressed: bool) -> tuple[dict[str, Any], list[str]]:
+    """-> (TopicConfigSerializeWrapper as a dict, filterServerList)."""
+    if not compressed:
+        obj = loads_object(body, "RegisterBrokerBody")
+        wrapper = obj.get("topicConfigSerializeWrapper") or {}
+        return wrapper, list(obj.get("filterServerList") or [])
+    try:
+        data = zlib.decompress(body)
+    except zlib.error as exc:
+        raise BodyError(f"RegisterBrokerBody: bad deflate stream: {exc}") from None
+    pos = 0
+
+    def chunk() -> bytes:
+        nonlocal pos
+        if pos + 4 > len(data):
+            raise BodyError("RegisterBrokerBody: truncated")
+        (n,) = _int32.unpack_from(data, pos)
+        pos += 4
+        if n < 0 or pos + n > len(data):
+            raise BodyError(f"RegisterBrokerBody: bad length {n}")
+        out = data[pos : pos + n]
+        pos += n
+        return out
+
+    data_version = loads_object(chunk(), "DataVersion")
+    if pos + 4 > len(data):
+        raise BodyError("RegisterBrokerBody: truncated")
+    (count,) = _int32.unpack_from(data, pos)
+    pos += 4
+    table: dict[str, Any] = {}
+    for _ in range(count):
+        tc = topic_config_decode(chunk().decode("utf-8", "replace"))
+        if tc is not None:
+            table[tc["topicName"]] = tc
+    filters = loads(chunk(), "filterServerList") if pos < len(data) else []
+    return {"dataVersion": data_version, "topicConfigTable": table}, list(filters or [])
+
+
+# --- route table ----------------------------------------------------------------------------------
+class RouteInfoManager:
+    def __init__(self, expire_after: float = BROKER_CHANNEL_EXPIRED_TIME) -> None:
+        self.expire_after = expire_after
+        self.topic_queue_table: dict[str, dict[str, QueueData]] = {}
+        self.broker_addr_table: dict[str, BrokerData] = {}
+        self.cluster_addr_table: dict[str, set[str]] = {}
+        self.broker_live_table: dict[str, BrokerLiveInfo] = {}
+        self.filter_server_table: dict[str, list[str]] = {}
+
+    def register_broker(
+        self,
+        cluster: str,
+        broker_addr: str,
+        broker_name: str,
+        broker_id: int,
+        ha_server_addr: str,
+        wrapper: dict[str, Any] | None,
+        filter_server_list: list[str] | None,
+        channel: Channel | None,
+    ) -> tuple[str | None, str | None]:
+        """Returns (haServerAddr, masterAddr) for a slave; (None, None) for a master."""
+        self.cluster_addr_table.setdefault(cluster, set()).add(broker_name)
+        register_first = False
+        broker_data = self.broker_addr_table.get(broker_name)
+        if broker_data is None:
+            register_first = True
+            broker_data = self.broker_addr_table[broker_name] = BrokerData(cluster, broker_name)
+        addrs = broker_data.broker_addrs
+        # the same address under another id (slave promoted to master): drop the old entry
+        for bid, addr in list(addrs.items()):
+            if addr == broker_addr and bid != broker_id:
+                del addrs[bid]
+        old = addrs.get(broker_id)
+        addrs[broker_id] = broker_addr
+        register_first = register_first or old is None
+
+        data_version = (wrapper or {}).get("dataVersion") or {"counter": 0, "timestamp": 0}
+        if wrapper is not None and broker_id == MASTER_ID:
+            prev = self.broker_live_table.get(broker_addr)
+            if register_first or prev is None or not data_version_equal(prev.data_version, data_version):
+                for tc in (wrapper.get("topicConfigTable") or {}).values():
+                    self._create_and_update_queue_data(broker_name, tc)
+        self.broker_live_table[broker_addr] = BrokerLiveInfo(
+            time.monotonic(), data_version, channel, ha_server_addr
+        )
+        if filter_server_list:
+            self.filter_server_table[broker_addr] = list(filter_server_list)
+        else:
+            self.filter_server_table.pop(broker_addr, None)
+        if broker_id != MASTER_ID:
+            master_addr = addrs.get(MASTER_ID)
+            if master_addr:
+                live = self.broker_live_table.get(master_addr)
+                return (live.ha_server_addr if live else None), master_addr
+        return None, None
+
+    def _create_and_update_queue_data(self, broker_name: str, tc: dict[str, Any]) -> None:
+        name = tc.get("topicName")
+        if not name:
+            return
+        qd = QueueData(
+            broker_name,
+            int(tc.get("readQueueNums", 16)),
+            int(tc.get("writeQueueNums", 16)),
+            int(tc.get("perm", PERM_READ | PERM_WRITE)),
+            int(tc.get("topicSysFlag", tc.get("topicSynFlag", 0)) or 0),
+        )
+        self.topic_queue_table.setdefault(name, {})[broker_name] = qd
+
+    def is_broker_topic_config_changed(self, broker_addr: str, data_version: dict[str, Any]) -> bool:
+        prev = self.broker_live_table.get(broker_addr)
+        return prev is None or not data_version_equal(prev.data_version, data_version)
+
+    def touch(self, broker_addr: str) -> None:
+        live = self.broker_live_table.get(broker_addr)
+        if live is not None:
+            live.last_update = time.monotonic()
+
+    def unregister_broker(self, cluster: str, broker_addr: str, broker_name: str, broker_id: int) -> None:
+        self.broker_live_table.pop(broker_addr, None)
+        self.filter_server_table.pop(broker_addr, None)
+        removed_name = False
+        broker_data = self.broker_addr_table.get(broker_name)
+        if broker_data is not None:
+            broker_data.broker_addrs.pop(broker_id, None)
+            if not broker_data.broker_addrs:
+                del self.broker_addr_table[broker_name]
+                removed_name = True
+        if removed_name:
+            names = self.cluster_addr_table.get(cluster)
+            if names is not None:
+                names.discard(broker_name)
+                if not names:
+                    del self.cluster_addr_table[cluster]
+            self._remove_topics_of(broker_name)
+
+    def _remove_topics_of(self, broker_name: str) -> None:
+        for topic in list(self.topic_queue_table):
+            qds = self.topic_queue_table[topic]
+            qds.pop(broker_name, None)
+            if not qds:
+                del self.topic_queue_table[topic]
+
+    def on_channel_destroy(self, channel: Channel) -> None:
+        for addr, live in list(self.broker_live_table.items()):
+            if live.channel is channel:
+                log.info("broker %s: connection closed, removing its routes", addr)
+                self._remove_broker_addr(addr)
+
+    def _remove_broker_addr(self, broker_addr: str) -> None:
+        self.broker_live_table.pop(broker_addr, None)
+        self.filter_server_table.pop(broker_addr, None)
+        for name, bd in list(self.broker_addr_table.items()):
+            for bid, addr in list(bd.broker_addrs.items()):
+                if addr == broker_addr:
+                    self.unregister_broker(bd.cluster, broker_addr, name, bid)
+
+    def scan_not_active_brokers(self) -> list[str]:
+        deadline = time.monotonic() - self.expire_after
+        expired = [addr for addr, live in self.broker_live_table.items() if live.last_update < deadline]
+        for addr in expired:
+            live = self.broker_live_table[addr]
+            log.warning("broker %s: no registration for %.0f s, removing it", addr, self.expire_after)
+            if live.channel is not None:
+                live.channel.close()
+            self._remove_broker_addr(addr)
+        return expired
+
+    def pickup_topic_route_data(self, topic: str) -> dict[str, Any] | None:
+        qds = self.topic_queue_table.get(topic)
+        if not qds:
+            return None
+        broker_datas = []
+        filters: dict[str, list[str]] = {}
+        for name in qds:
+            bd = self.broker_addr_table.get(name)
+            if bd is None:
+                continue
+            broker_datas.append(bd.to_json())
+            for addr in bd.broker_addrs.values():
+                if addr in self.filter_server_table:
+                    filters[addr] = self.filter_server_table[addr]
+        if not broker_datas:
+            return None
+        return {
+            "brokerDatas": broker_datas,
+            "filterServerTable": filters,
+            "queueDatas": [qd.to_json() for qd in qds.values()],
+        }
+
+    def cluster_info(self) -> dict[str, Any]:
+        return {
+            "brokerAddrTable": {name: bd.to_json() for name, bd in self.broker_addr_table.items()},
+            "clusterAddrTable": {c: sorted(names) for c, names in self.cluster_addr_table.items()},
+        }
+
+    def wipe_write_perm(self, broker_name: str, add: bool = False) -> int:
+        count = 0
+        for qds in self.topic_queue_table.values():
+            qd = qds.get(broker_name)
+            if qd is not None:
+                qd.perm = (qd.perm | PERM_WRITE) if add else (qd.perm & ~PERM_WRITE)
+                count += 1
+        return count
+
+    def topics_by_cluster(self, cluster: str) -> list[str]:
+        names = self.cluster_addr_table.get(cluster, set())
+        return [t for t, qds in self.topic_queue_table.items() if any(n in names for n in qds)]
+
+    def topics_with_sys_flag(self, want: int, unwanted: int = 0) -> list[str]:
+        out = []
+        for topic, qds in self.topic_queue_table.items():
+            flags = [qd.topic_sys_flag for qd in qds.values()]
+            if flags and flags[0] & want == want and not flags[0] & unwanted:
+                out.append(topic)
+        return out
+
+
+class KVConfigManager:
+    """namespace -> {key: value}, persisted as ``{"configTable":{...}}`` like kvConfig.json."""
+
+    def __init__(self, path: str | None = None) -> None:
+        self.path = path
+        self.table: dict[str, dict[str, str]] = {}
+        if path and os.path.exists(path):
+            try:
+                with open(path, "rb") as f:
+                    self.table = {
+                        ns: dict(kv)
+                        for ns, kv in (loads_object(f.read(), path).get("configTable") or {}).items()
+                    }
+            except (OSError, BodyError) as exc:
+                log.warning("cannot load %s: %s", path, exc)
+
+    def put(self, namespace: str, key: str, value: str) -> None:
+        self.table.setdefault(namespace, {})[key] = value
+        self._persist()
+
+    def get(self, namespace: str, key: str) -> str | None:
+        return self.table.get(namespace, {}).get(key)
+
+    def delete(self, namespace: str, key: str) -> None:
+        kv = self.table.get(namespace)
+        if kv is not None and kv.pop(key, None) is not None:
+            if not kv:
+                del self.table[namespace]
+            self._persist()
+
+    def kv_list(self, namespace: str) -> bytes | None:
+        kv = self.table.get(namespace)
+        return dumpb({"table": kv}) if kv else None
+
+    def _persist(self) -> None:
+        if not self.path:
+            return
+        os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
+        tmp = self.path + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(dumps({"configTable": self.table}))
+        os.replace(tmp, self.path)
+
+
+# --- request processor ----------------------------------------------------------------------------
+R = RequestCode
+
+
+class NamesrvProcessor(RequestProcessor):
+    codes: ClassVar[tuple[int, ...]] = (
+        R.PUT_KV_CONFIG,
+        R.GET_KV_CONFIG,
+        R.DELETE_KV_CONFIG,
+        R.QUERY_DATA_VERSION,
+        R.REGISTER_BROKER,
+        R.UNREGISTER_BROKER,
+        R.GET_ROUTEINFO_BY_TOPIC,
+        R.GET_BROKER_CLUSTER_INFO,
+        R.WIPE_WRITE_PERM_OF_BROKER,
+        R.ADD_WRITE_PERM_OF_BROKER,
+        R.GET_ALL_TOPIC_LIST_FROM_NAMESERVER,
+        R.DELETE_TOPIC_IN_NAMESRV,
+        R.GET_KVLIST_BY_NAMESPACE,
+        R.GET_TOPICS_BY_CLUSTER,
+        R.GET_SYSTEM_TOPIC_LIST_FROM_NS,
+        R.GET_UNIT_TOPIC_LIST,
+        R.GET_HAS_UNIT_SUB_TOPIC_LIST,
+        R.GET_HAS_UNIT_SUB_UNUNIT_TOPIC_LIST,
+    )
+
+    def __init__(self, controller: NamesrvController) -> None:
+        self.routes = controller.routes
+        self.kv = controller.kv
+        self.controller = controller
+        self._handlers = {
+            R.PUT_KV_CONFIG: self.put_kv_config,
+            R.GET_KV_CONFIG: self.get_kv_config,
+            R.DELETE_KV_CONFIG: self.delete_kv_config,
+            R.QUERY_DATA_VERSION: self.query_data_version,
+            R.REGISTER_BROKER: self.register_broker,
+            R.UNREGISTER_BROKER: self.unregister_broker,
+            R.GET_ROUTEINFO_BY_TOPIC: self.get_route_info_by_topic,
+            R.GET_BROKER_CLUSTER_INFO: self.get_broker_cluster_info,
+            R.WIPE_WRITE_PERM_OF_BROKER: self.wipe_write_perm,
+            R.ADD_WRITE_PERM_OF_BROKER: self.add_write_perm,
+            R.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: self.get_all_topic_list,
+            R.DELETE_TOPIC_IN_NAMESRV: self.delete_topic,
+            R.GET_KVLIST_BY_NAMESPACE: self.get_kv_list,
+            R.GET_TOPICS_BY_CLUSTER: self.get_topics_by_cluster,
+            R.GET_SYSTEM_TOPIC_LIST_FROM_NS: self.get_system_topic_list,
+            R.GET_UNIT_TOPIC_LIST: lambda ch, req: self._topic_list(req, self.routes.topics_with_sys_flag(1)),
+            R.GET_HAS_UNIT_SUB_TOPIC_LIST: lambda ch, req: self._topic_list(
+                req, self.routes.topics_with_sys_flag(TOPIC_SYS_FLAG_UNIT_SUB)
+            ),
+            R.GET_HAS_UNIT_SUB_UNUNIT_TOPIC_LIST: lambda ch, req: self._topic_list(
+                req, self.routes.topics_with_sys_flag(TOPIC_SYS_FLAG_UNIT_SUB, TOPIC_SYS_FLAG_UNIT)
+            ),
+        }
+
+    def process(self, channel: Channel, request: RemotingCommand) -> RemotingCommand | None:
+        return self._handlers[request.code](channel, request)
+
+    # -- kv --
+    def put_kv_config(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
+        ext = req.ext_fields
+        h = "PutKVConfigRequestHeader"
+        self.kv.put(ext_str(ext, "namespace", h), ext_str(ext, "key", h), ext_str(ext, "value", h))
+        return req.response(ResponseCode.SUCCESS)
+
+    def get_kv_config(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
+        h = "GetKVConfigRequestHeader"
+        ns, key = ext_str(req.ext_fields, "namespace", h), ext_str(req.ext_fields, "key", h)
+        value = self.kv.get(ns, key)
+        if value is not None:
+            return req.response(ResponseCode.SUCCESS, ext_fields={"value": value})
+        return req.response(ResponseCode.QUERY_NOT_FOUND, f"No config item, Namespace: {ns} Key: {key}", {})
+
+    def delete_kv_config(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
+        h = "DeleteKVConfigRequestHeader"
+        self.kv.delete(ext_str(req.ext_fields, "namespace", h), ext_str(req.ext_fields, "key", h))
+        return req.response(ResponseCode.SUCCESS)
+
+    def get_kv_list(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
+        ns = ext_str(req.ext_fields, "namespace", "GetKVListByNamespaceRequestHeader")
+        body = self.kv.kv_list(ns)
+        if body is not None:
+            return req.response(ResponseCode.SUCCESS, body=body)
+        return req.response(ResponseCode.QUERY_NOT_FOUND, f"No config item, Namespace: {ns}")
+
+    # -- brokers --
+    def register_broker(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
+        ext = req.ext_fields
+        h = "RegisterBrokerRequestHeader"
+        broker_name = ext_str(ext, "brokerName", h)
+        broker_addr = ext_str(ext, "brokerAddr", h)
+        cluster = ext_str(ext, "clusterName", h)
+        ha_addr = ext_str(ext, "haServerAddr", h)
+        broker_id = ext_int(ext, "brokerId", h)
+        compressed = opt_bool(ext, "compressed")
+        crc = int(opt_str(ext, "bodyCrc32", "0") or 0)
+        body = req.body
+        if crc != 0 and (zlib.crc32(body or b"") & 0x7FFFFFFF) != crc:
+            log.warning("REGISTER_BROKER from %s: body CRC32 mismatch", channel.remote_addr)
+            return req.response(ResponseCode.SYSTEM_ERROR, "crc32 not match")
+        if body:
+            try:
+                wrapper, filters = decode_register_body(bytes(body), compressed)
+            except BodyError as exc:
+                raise BodyError(f"Failed to decode RegisterBrokerBody: {exc}") from None
+        else:
+            wrapper, filters = {"dataVersion": {"counter": 0, "timestamp": 0}, "topicConfigTable": {}}, []
+        if not channel.attrs.get("namesrv_close_hook"):
+            channel.attrs["namesrv_close_hook"] = True
+            channel.add_close_listener(self.routes.on_channel_destroy)
+        ha, master = self.routes.register_broker(
+            cluster, broker_addr, broker_name, broker_id, ha_addr, wrapper, filters, channel
+        )
+        out: dict[str, str] = {}
+        if ha:
+            out["haServerAddr"] = ha
+        if master:
+            out["masterAddr"] = master
+        return req.response(
+            ResponseCode.SUCCESS, ext_fields=out, body=self.kv.kv_list(NAMESPACE_ORDER_TOPIC_CONFIG)
+        )
+
+    def unregister_broker(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
+        ext = req.ext_fields
+        h = "UnRegisterBrokerRequestHeader"
+        self.routes.unregister_broker(
+            ext_str(ext, "clusterName", h),
+            ext_str(ext, "brokerAddr", h),
+            ext_str(ext, "brokerName", h),
+            ext_int(ext, "brokerId", h),
+        )
+        return req.response(ResponseCode.SUCCESS)
+
+    def query_data_version(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
+        ext = req.ext_fields
+        h = "QueryDataVersionRequestHeader"
+        broker_addr = ext_str(ext, "brokerAddr", h)
+        for name in ("brokerName", "clusterName", "brokerId"):
+            ext_str(ext, name, h)
+        version = loads_object(req.body, "DataVersion")
+        changed = self.routes.is_broker_topic_config_changed(broker_addr, version)
+        if not changed:
+            self.routes.touch(broker_addr)
+        live = self.routes.broker_live_table.get(broker_addr)
+        body = dumpb(live.data_version) if live else None
+        return req.response(
+            ResponseCode.SUCCESS, ext_fields={"changed": "true" if changed else "false"}, body=body
+        )
+
+    # -- routes --
+    def get_route_info_by_topic(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
+        topic = ext_str(req.ext_fields, "topic", "GetRouteInfoRequestHeader")
+        route = self.routes.pickup_topic_route_data(topic)
+        if route is None:
+            return req.response(
+                ResponseCode.TOPIC_NOT_EXIST,
+                f"No topic route info in name server for the topic: {topic}{FAQ_APPLY_TOPIC}",
+            )
+        if self.controller.order_message_enable:
+            conf = self.kv.get(NAMESPACE_ORDER_TOPIC_CONFIG, topic)
+            if conf is not None:
+                route = {**route, "orderTopicConf": conf}
+                route = dict(sorted(route.items()))
+        standard = req.version >= MQVersion.V4_9_4 or opt_bool(req.ext_fields, "acceptStandardJsonOnly")
+        return req.response(ResponseCode.SUCCESS, body=dumpb(route, standard=standard))
+
+    def get_broker_cluster_info(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
+        return req.response(ResponseCode.SUCCESS, body=dumpb(self.routes.cluster_info()))
+
+    def wipe_write_perm(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
+        name = ext_str(req.ext_fields, "brokerName", "WipeWritePermOfBrokerRequestHeader")
+        count = self.routes.wipe_write_perm(name)
+        return req.response(ResponseCode.SUCCESS, ext_fields={"wipeTopicCount": str(count)})
+
+    def add_write_perm(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
+        name = ext_str(req.ext_fields, "brokerName", "AddWritePermOfBrokerRequestHeader")
+        count = self.routes.wipe_write_perm(name, add=True)
+        return req.response(ResponseCode.SUCCESS, ext_fields={"addTopicCount": str(count)})
+
+    def _topic_list(
+        self, req: RemotingCommand, topics: list[str], broker_addr: str | None = None
+    ) -> RemotingCommand:
+        body: dict[str, Any] = {"topicList": topics}
+        if broker_addr:
+            body = {"brokerAddr": broker_addr, "topicList": topics}
+        return req.response(ResponseCode.SUCCESS, body=dumpb(body))
+
+    def get_all_topic_list(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
+        return self._topic_list(req, list(self.routes.topic_queue_table))
+
+    def delete_topic(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
+        topic = ext_str(req.ext_fields, "topic", "DeleteTopicInNamesrvRequestHeader")
+        cluster = opt_str(req.ext_fields, "clusterName")
+        if cluster:
+            names = self.routes.cluster_addr_table.get(cluster, set())
+            qds = self.routes.topic_queue_table.get(topic, {})
+            for name in list(qds):
+                if name in names:
+                    del qds[name]
+            if not qds:
+                self.routes.topic_queue_table.pop(topic, None)
+        else:
+            self.routes.topic_queue_table.pop(topic, None)
+        return req.response(ResponseCode.SUCCESS)
+
+    def get_topics_by_cluster(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
+        cluster = ext_str(req.ext_fields, "cluster", "GetTopicsByClusterRequestHeader")
+        return self._topic_list(req, self.routes.topics_by_cluster(cluster))
+
+    def get_system_topic_list(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
+        topics: list[str] = []
+        for cluster, names in self.routes.cluster_addr_table.items():
+            topics.append(cluster)
+            topics.extend(sorted(names))
+        addr = None
+        for bd in self.routes.broker_addr_table.values():
+            if bd.broker_addrs:
+                addr = next(iter(bd.broker_addrs.values()))
+                break
+        return self._topic_list(req, topics, addr)
+
+
+class NamesrvController:
+    """Name server state plus its expiry scan (every 10 s, like NamesrvController's scheduler)."""
+
+    def __init__(
+        self,
+        *,
+        kv_config_path: str | None = None,
+        order_message_enable: bool = False,
+        broker_expire_after: float = BROKER_CHANNEL_EXPIRED_TIME,
+        scan_interval: float = 10.0,
+    ) -> None:
+        self.routes = RouteInfoManager(broker_expire_after)
+        self.kv = KVConfigManager(kv_config_path)
+        self.order_message_enable = order_message_enable
+        self.scan_interval = scan_interval
+        self.processor = NamesrvProcessor(self)
+        self._scanner: asyncio.Task[None] | None = None
+
+    def processors(self) -> list[RequestProcessor]:
+        return [self.processor]
+
+    async def start(self) -> None:
+        self._scanner = asyncio.get_running_loop().create_task(self._scan())
+
+    async def _scan(self) -> None:
+        while True:
+            await asyncio.sleep(self.scan_interval)
+            try:
+                self.routes.scan_not_active_brokers()
+            except Exception:
+                log.exception("broker expiry scan failed")
+
+    async def stop(self) -> None:
+        if self._scanner is not None:
+            self._scanner.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._scanner
+            self._scanner = None
