@@ -114,9 +114,16 @@ def discover_broker(namesrv: str, timeout: float = STARTUP_TIMEOUT) -> tuple[str
 class ServerProcess:
     """`rmqgate serve` in a subprocess with its output in a log file."""
 
-    def __init__(self, workdir: Path, *, role: str = "all", namesrv_addr: str | None = None,
-                 conf: str = BROKER_CONF, namesrv_port: int | None = None,
-                 broker_port: int | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        workdir: Path,
+        *,
+        role: str = "all",
+        namesrv_addr: str | None = None,
+        conf: str = BROKER_CONF,
+        namesrv_port: int | None = None,
+        broker_port: int | None = None,
+    ) -> None:
         self.workdir = workdir
         self.store = workdir / "store"
         self.log_path = workdir / f"rmqgate-{role}.log"
@@ -126,13 +133,21 @@ class ServerProcess:
         self.broker_port = broker_port or free_port()
         self.role = role
         args = [
-            sys.executable, "-m", "rmqgate.tools.cli", "serve",
-            "--store", str(self.store),
-            "--namesrv-port", str(self.namesrv_port),
-            "--broker-port", str(self.broker_port),
-            "--role", role,
-            "--conf", str(self.conf_path),
-        ]  # fmt: skip
+            sys.executable,
+            "-m",
+            "rmqgate.tools.cli",
+            "serve",
+            "--store",
+            str(self.store),
+            "--namesrv-port",
+            str(self.namesrv_port),
+            "--broker-port",
+            str(self.broker_port),
+            "--role",
+            role,
+            "--conf",
+            str(self.conf_path),
+        ]
         if namesrv_addr:
             args += ["--namesrv-addr", namesrv_addr]
         self._log = self.log_path.open("wb")
@@ -149,8 +164,11 @@ class ServerProcess:
 
     def wait_ready(self, timeout: float = STARTUP_TIMEOUT) -> None:
         """Ready = the "rmqgate ready" line is logged and every port of the role accepts connections."""
-        ports = {"all": [self.namesrv_port, self.broker_port], "namesrv": [self.namesrv_port],
-                 "broker": [self.broker_port]}[self.role]  # fmt: skip
+        ports = {
+            "all": [self.namesrv_port, self.broker_port],
+            "namesrv": [self.namesrv_port],
+            "broker": [self.broker_port],
+        }[self.role]
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

@@ -153,8 +153,10 @@ def test_register_query_unregister_broker(cluster, uniq, compressed, ser):
         info = ns.cluster_info()
         assert info["clusterAddrTable"][ident["clusterName"]] == [ident["brokerName"]]
 
-        resp = ns.invoke(RequestCode.UNREGISTER_BROKER, {k: ident[k] for k in ("brokerName", "brokerAddr",
-                                                                            "clusterName", "brokerId")})  # fmt: skip
+        resp = ns.invoke(
+            RequestCode.UNREGISTER_BROKER,
+            {k: ident[k] for k in ("brokerName", "brokerAddr", "clusterName", "brokerId")},
+        )
         assert resp.code == ResponseCode.SUCCESS
         assert ns.route(topic).code == ResponseCode.TOPIC_NOT_EXIST
 

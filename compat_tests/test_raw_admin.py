@@ -1,0 +1,226 @@
+"""Client management (heartbeat, consumer list, notify, unregister) and mqadmin's broker admin codes."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from rmqgate.compat_tests.wire_client import dumps, heartbeat_body, java_hash, loads, wait_until
+from rmqgate.wire.codes import LanguageCode, RequestCode, ResponseCode, SerializeType
+
+SERIALIZATIONS = [
+    pytest.param(SerializeType.JSON, id="json"),
+    pytest.param(SerializeType.ROCKETMQ, id="rocketmq"),
+]
+
+
+def cpp_heartbeat_body(client_id: str, group: str, topic: str) -> bytes:
+    """HeartbeatData as the C++ core writes it: enums as integers."""
+    return dumps(
+        {
+            "clientID": client_id,
+            "consumerDataSet": [
+                {
+                    "consumeFromWhere": 0,  # CONSUME_FROM_LAST_OFFSET
+                    "consumeType": 1,  # CONSUME_PASSIVELY
+                    "groupName": group,
+                    "messageModel": 1,  # CLUSTERING
+                    "subscriptionDataSet": [
+                        {
+                            "classFilterMode": False,
+                            "codeSet": [java_hash("TagA")],
+                            "expressionType": "TAG",
+                            "subString": "TagA",
+                            "subVersion": 1,
+                            "tagsSet": ["TagA"],
+                            "topic": topic,
+                        }
+                    ],
+                    "unitMode": False,
+                }
+            ],
+            "producerDataSet": [],
+        }
+    )
+
+
+def consumer_list(c, group):
+    return c.invoke(RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": group})
+
+
+@pytest.mark.parametrize("style", ["names", "integers"])
+@pytest.mark.parametrize("ser", SERIALIZATIONS)
+def test_heartbeat_registers_consumer(cluster, uniq, make_topic, ser, style):
+    topic = make_topic(uniq())
+    group, client_id = uniq("g"), uniq("client")
+    lang = LanguageCode.JAVA if style == "names" else LanguageCode.CPP
+    with cluster.broker_client(serialize_type=ser, language=lang) as c:
+        if style == "names":
+            body = heartbeat_body(client_id, consumers=[{"group": group, "topics": {topic: "TagA"}}])
+        else:
+            body = cpp_heartbeat_body(client_id, group, topic)
+        resp = c.invoke(RequestCode.HEART_BEAT, body=body)
+        assert resp.code == ResponseCode.SUCCESS, resp
+        assert resp.serialize_type == ser
+        assert resp.version >= 232, "clients refuse SQL92/non-tag filtering below V4_1_0 (PROTOCOL.md §1.5)"
+        resp = consumer_list(c, group)
+        assert resp.code == ResponseCode.SUCCESS
+        assert loads(resp.body)["consumerIdList"] == [client_id]
+        resp = c.invoke(RequestCode.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": group})
+        assert resp.code == ResponseCode.SUCCESS
+        conn = loads(resp.body)
+        assert [x["clientId"] for x in conn["connectionSet"]] == [client_id]
+        assert conn["consumeType"] == "CONSUME_PASSIVELY" and conn["messageModel"] == "CLUSTERING"
+        assert conn["subscriptionTable"][topic]["subString"] == "TagA"
+
+
+def test_heartbeat_creates_retry_topic(cluster, uniq, broker):
+    group = uniq("g")
+    assert broker.heartbeat(uniq("client"), consumers=[{"group": group, "topics": {}}]).code == 0
+    resp = broker.invoke(RequestCode.GET_ALL_TOPIC_CONFIG)
+    assert resp.code == ResponseCode.SUCCESS
+    table = loads(resp.body)["topicConfigTable"]
+    assert f"%RETRY%{group}" in table
+    assert table[f"%RETRY%{group}"]["perm"] & 6 == 6
+
+
+def test_consumer_list_of_unknown_group(cluster, uniq, broker):
+    assert consumer_list(broker, uniq("nogroup")).code == ResponseCode.SYSTEM_ERROR
+    resp = broker.invoke(RequestCode.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": uniq("nogroup")})
+    assert resp.code == ResponseCode.CONSUMER_NOT_ONLINE
+
+
+def test_notify_consumer_ids_changed_and_unregister(cluster, uniq, make_topic):
+    topic = make_topic(uniq())
+    group = uniq("g")
+    a_id, b_id = uniq("clientA"), uniq("clientB")
+    consumers = [{"group": group, "topics": {topic: "*"}}]
+    with cluster.broker_client() as a, cluster.broker_client() as b:
+        assert a.heartbeat(a_id, consumers=consumers).code == 0
+        assert b.heartbeat(b_id, consumers=consumers).code == 0
+        note = a.wait_server_request(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, timeout=10)
+        assert note.ext_fields["consumerGroup"] == group
+        assert sorted(loads(consumer_list(a, group).body)["consumerIdList"]) == sorted([a_id, b_id])
+        resp = b.invoke(RequestCode.UNREGISTER_CLIENT, {"clientID": b_id, "consumerGroup": group})
+        assert resp.code == ResponseCode.SUCCESS
+        assert loads(consumer_list(a, group).body)["consumerIdList"] == [a_id]
+    # closing the channel drops the consumer too
+    with cluster.broker_client() as c:
+        gone = wait_until(lambda: consumer_list(c, group).code == ResponseCode.SYSTEM_ERROR, timeout=10)
+        assert gone, "consumer still listed after its connection closed"
+
+
+def test_producer_connection_list(cluster, uniq, broker):
+    group, client_id = uniq("pg"), uniq("producer")
+    assert broker.heartbeat(client_id, producer_groups=[group]).code == ResponseCode.SUCCESS
+    resp = broker.invoke(RequestCode.GET_PRODUCER_CONNECTION_LIST, {"producerGroup": group})
+    assert resp.code == ResponseCode.SUCCESS
+    conns = loads(resp.body)["connectionSet"]
+    assert [c["clientId"] for c in conns] == [client_id]
+    assert conns[0]["language"] == "JAVA"
+    resp = broker.invoke(RequestCode.GET_PRODUCER_CONNECTION_LIST, {"producerGroup": uniq("nopg")})
+    assert resp.code == ResponseCode.SYSTEM_ERROR
+
+
+@pytest.mark.parametrize("ser", SERIALIZATIONS)
+def test_create_list_delete_topic(cluster, uniq, ser):
+    topic = uniq()
+    with cluster.broker_client(serialize_type=ser) as c, cluster.namesrv_client() as ns:
+        assert c.create_topic(topic, 5).code == ResponseCode.SUCCESS
+        table = loads(c.invoke(RequestCode.GET_ALL_TOPIC_CONFIG).body)["topicConfigTable"]
+        assert table[topic]["readQueueNums"] == 5 and table[topic]["writeQueueNums"] == 5
+        assert wait_until(lambda: ns.route(topic).code == ResponseCode.SUCCESS, timeout=40, interval=0.2)
+        # updating changes the queue count
+        assert c.create_topic(topic, 2).code == ResponseCode.SUCCESS
+        table = loads(c.invoke(RequestCode.GET_ALL_TOPIC_CONFIG).body)["topicConfigTable"]
+        assert table[topic]["writeQueueNums"] == 2
+        assert c.invoke(RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": topic}).code == ResponseCode.SUCCESS
+        table = loads(c.invoke(RequestCode.GET_ALL_TOPIC_CONFIG).body)["topicConfigTable"]
+        assert topic not in table
+        # mqadmin deleteTopic also removes it from the name server
+        assert ns.invoke(RequestCode.DELETE_TOPIC_IN_NAMESRV, {"topic": topic}).code == ResponseCode.SUCCESS
+        assert ns.route(topic).code == ResponseCode.TOPIC_NOT_EXIST
+
+
+@pytest.mark.parametrize("bad", ["has space", "semi;colon", "", "T" * 128])
+def test_create_topic_with_invalid_name(cluster, broker, bad):
+    assert broker.create_topic(bad).code == ResponseCode.SYSTEM_ERROR
+
+
+@pytest.mark.parametrize("which", ["cluster-name", "SCHEDULE_TOPIC_XXXX", "TBW102", "rmq_sys_prefix"])
+def test_create_system_topic_is_refused(cluster, broker, which):
+    topic = {"cluster-name": cluster.cluster_name, "rmq_sys_prefix": "rmq_sys_compat"}.get(which, which)
+    resp = broker.create_topic(topic)
+    assert resp.code == ResponseCode.SYSTEM_ERROR
+    assert "system" in (resp.remark or "").lower()
+
+
+def test_subscription_groups(cluster, uniq, broker):
+    group = uniq("sg")
+    config = {
+        "groupName": group,
+        "consumeEnable": True,
+        "consumeFromMinEnable": True,
+        "consumeBroadcastEnable": True,
+        "retryQueueNums": 1,
+        "retryMaxTimes": 5,
+        "brokerId": 0,
+        "whichBrokerWhenConsumeSlowly": 1,
+        "notifyConsumerIdsChangedEnable": True,
+    }
+    resp = broker.invoke(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=dumps(config))
+    assert resp.code == ResponseCode.SUCCESS
+    resp = broker.invoke(RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)
+    assert resp.code == ResponseCode.SUCCESS
+    table = loads(resp.body)["subscriptionGroupTable"]
+    assert table[group]["retryMaxTimes"] == 5
+    resp = broker.invoke(RequestCode.DELETE_SUBSCRIPTIONGROUP, {"groupName": group})
+    assert resp.code == ResponseCode.SUCCESS
+    table = loads(broker.invoke(RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG).body)["subscriptionGroupTable"]
+    assert group not in table
+
+
+def test_broker_runtime_info_has_what_mqadmin_reads(cluster, broker):
+    resp = broker.invoke(RequestCode.GET_BROKER_RUNTIME_INFO)
+    assert resp.code == ResponseCode.SUCCESS
+    table = loads(resp.body)["table"]
+    # ClusterListSubCommand reads these
+    for key in (
+        "brokerVersionDesc",
+        "msgPutTotalTodayNow",
+        "msgGetTotalTodayNow",
+        "putTps",
+        "getTransferedTps",
+        "msgPutTotalYesterdayMorning",
+        "msgGetTotalYesterdayMorning",
+        "msgPutTotalTodayMorning",
+        "msgGetTotalTodayMorning",
+        "commitLogDiskRatio",
+    ):
+        assert key in table, key
+    assert all(isinstance(v, str) for v in table.values())
+
+
+def test_topic_stats_and_consume_stats(cluster, uniq, make_topic, broker):
+    topic = make_topic(uniq(), queues=2)
+    group = uniq("g")
+    for _ in range(3):
+        broker.send_message(topic, b"s", queue_id=1)
+    resp = broker.invoke(RequestCode.GET_TOPIC_STATS_INFO, {"topic": topic})
+    assert resp.code == ResponseCode.SUCCESS
+    # offsetTable keys are MessageQueue objects (fastjson), so read the values textually
+    text = resp.body.decode()
+    assert sorted(int(x) for x in re.findall(r'"maxOffset"\s*:\s*(\d+)', text)) == [0, 3]
+    assert broker.invoke(RequestCode.GET_TOPIC_STATS_INFO, {"topic": uniq("none")}).code == 17
+
+    broker.invoke(
+        RequestCode.UPDATE_CONSUMER_OFFSET,
+        {"consumerGroup": group, "topic": topic, "queueId": 1, "commitOffset": 2},
+    )
+    resp = broker.invoke(RequestCode.GET_CONSUME_STATS, {"consumerGroup": group, "topic": topic})
+    assert resp.code == ResponseCode.SUCCESS
+    text = resp.body.decode()
+    assert sorted(int(x) for x in re.findall(r'"brokerOffset"\s*:\s*(\d+)', text)) == [0, 3]
+    assert "2" in re.findall(r'"consumerOffset"\s*:\s*(\d+)', text)
+    assert '"consumeTps"' in text

@@ -1,0 +1,216 @@
+"""Error paths and hostile input: unknown codes, bad headers, broken frames; the server stays up."""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+
+import pytest
+
+from rmqgate.compat_tests.wire_client import ConnectionClosed, WireClient, uniq_key
+from rmqgate.wire.codes import RequestCode, ResponseCode, SerializeType
+from rmqgate.wire.layout import FRAME_PREFIX
+
+SERIALIZATIONS = [
+    pytest.param(SerializeType.JSON, id="json"),
+    pytest.param(SerializeType.ROCKETMQ, id="rocketmq"),
+]
+
+
+def raw_json_frame(header: dict | bytes, body: bytes = b"") -> bytes:
+    data = header if isinstance(header, bytes) else json.dumps(header).encode()
+    return FRAME_PREFIX.pack(4 + len(data) + len(body), len(data)) + data + body
+
+
+def closed_or_error(c: WireClient, timeout: float = 5.0) -> bool:
+    """The server closed the connection, or answered with an error code, within ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if any(r.code != ResponseCode.SUCCESS for r in c.responses.values()):
+            return True
+        try:
+            c._read_some(deadline)
+        except TimeoutError:
+            return False
+        except (ConnectionClosed, OSError):
+            return True
+
+
+@pytest.mark.parametrize("target", ["namesrv", "broker"])
+@pytest.mark.parametrize("ser", SERIALIZATIONS)
+def test_unknown_code_is_request_code_not_supported(cluster, ser, target):
+    addr = cluster.namesrv if target == "namesrv" else cluster.broker
+    code = 9999 if target == "broker" else 777
+    with WireClient(addr, serialize_type=ser) as c:
+        resp = c.invoke(code, {"x": "y"}, b"body")
+        assert resp.is_response
+        assert resp.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
+        assert str(code) in (resp.remark or "")
+        # the connection stays usable
+        assert c.invoke(9998).code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
+
+
+def test_oneway_unknown_code_gets_no_answer(cluster, broker):
+    opaque = broker.send(9999, oneway=True)
+    assert broker.poll_response(opaque, 0.5) is None
+    assert broker.invoke(RequestCode.GET_BROKER_RUNTIME_INFO).code == ResponseCode.SUCCESS
+
+
+@pytest.mark.parametrize("ser", SERIALIZATIONS)
+def test_missing_required_header_field(cluster, uniq, make_topic, ser):
+    topic = make_topic(uniq())
+    with cluster.broker_client(serialize_type=ser) as c:
+        # SEND_MESSAGE_V2 without "b" (topic)
+        resp = c.invoke(
+            RequestCode.SEND_MESSAGE_V2,
+            {"a": "g", "c": "TBW102", "d": 4, "e": 0, "f": 0, "g": int(time.time() * 1000), "h": 0},
+            b"x",
+        )
+        assert resp.code == ResponseCode.SYSTEM_ERROR
+        assert resp.remark
+        # PULL_MESSAGE without queueOffset
+        resp = c.invoke(
+            RequestCode.PULL_MESSAGE,
+            {
+                "consumerGroup": "g",
+                "topic": topic,
+                "queueId": 0,
+                "maxMsgNums": 1,
+                "sysFlag": 0,
+                "commitOffset": 0,
+                "suspendTimeoutMillis": 0,
+                "subVersion": 0,
+            },
+        )
+        assert resp.code == ResponseCode.SYSTEM_ERROR
+        # no extFields at all
+        assert c.invoke(RequestCode.QUERY_CONSUMER_OFFSET).code == ResponseCode.SYSTEM_ERROR
+        assert c.send_message(topic, b"after errors").code == ResponseCode.SUCCESS
+
+
+def test_malformed_header_field_values(cluster, uniq, make_topic, broker):
+    topic = make_topic(uniq())
+    resp = broker.invoke(RequestCode.GET_MAX_OFFSET, {"topic": topic, "queueId": "zero"})
+    assert resp.code == ResponseCode.SYSTEM_ERROR
+    resp = broker.invoke(
+        RequestCode.QUERY_CONSUMER_OFFSET,
+        {"consumerGroup": "g", "topic": topic, "queueId": "99999999999999999999"},
+    )
+    assert resp.code == ResponseCode.SYSTEM_ERROR
+    assert broker.invoke(RequestCode.GET_MAX_OFFSET, {"topic": topic, "queueId": 0}).code == 0
+
+
+def test_cpp_style_json_header_with_numbers_and_newline(cluster, uniq, make_topic, broker):
+    """C++ core: extFields values as JSON numbers, no serializeTypeCurrentRPC, trailing newline."""
+    topic = make_topic(uniq())
+    header = {
+        "code": 310,
+        "language": "CPP",
+        "version": 333,
+        "opaque": 5151,
+        "flag": 0,
+        "remark": "",
+        "extFields": {
+            "a": "cpp_group",
+            "b": topic,
+            "c": "TBW102",
+            "d": 4,
+            "e": 1,
+            "f": 0,
+            "g": int(time.time() * 1000),
+            "h": 0,
+            "i": f"UNIQ_KEY\x01{uniq_key()}",
+            "j": 0,
+            "k": False,
+            "AccessKey": "",
+            "Signature": "",
+            "OnsChannel": "ALIYUN",
+        },
+    }
+    broker.send_raw(raw_json_frame(json.dumps(header).encode() + b"\n", b"cpp-body"))
+    resp = broker.wait(5151)
+    assert resp.code == ResponseCode.SUCCESS, resp
+    assert resp.ext_fields["queueId"] == "1"
+
+
+def test_pipelined_requests_all_answered(cluster, broker):
+    opaques = [broker.send(RequestCode.GET_BROKER_RUNTIME_INFO) for _ in range(10)]
+    opaques += [broker.send(9999) for _ in range(10)]
+    codes = [broker.wait(o).code for o in opaques]
+    assert codes == [0] * 10 + [ResponseCode.REQUEST_CODE_NOT_SUPPORTED] * 10
+
+
+@pytest.mark.parametrize(
+    "frame",
+    [
+        pytest.param(FRAME_PREFIX.pack(20, 100) + b"x" * 16, id="header-longer-than-frame"),
+        pytest.param(FRAME_PREFIX.pack(32 * 1024 * 1024, 10) + b"x" * 64, id="frame-over-16MiB"),
+        pytest.param(FRAME_PREFIX.pack(12, (7 << 24) | 8) + b"x" * 8, id="unknown-serialize-type"),
+        pytest.param(FRAME_PREFIX.pack(2, 0), id="length-shorter-than-header-word"),
+        pytest.param(raw_json_frame(b"{not json"), id="bad-json"),
+        pytest.param(raw_json_frame(b"[1,2,3]"), id="json-not-an-object"),
+        pytest.param(raw_json_frame(b'{"language":"JAVA"}'), id="json-without-code"),
+        pytest.param(FRAME_PREFIX.pack(4 + 10, (1 << 24) | 10) + b"\x00" * 10, id="short-rocketmq-header"),
+        pytest.param(
+            FRAME_PREFIX.pack(4 + 25, (1 << 24) | 25)
+            + b"\x00\x1e"
+            + b"\x00" * 11
+            + b"\x7f\xff\xff\xff"
+            + b"\x00" * 8,
+            id="rocketmq-remark-overrun",
+        ),
+    ],
+)
+def test_broken_frames_close_or_error_and_others_unaffected(cluster, frame):
+    with cluster.broker_client() as bystander, cluster.broker_client() as victim:
+        victim.send_raw(frame)
+        assert closed_or_error(victim), "a broken frame must close the connection or get an error"
+        assert bystander.invoke(RequestCode.GET_BROKER_RUNTIME_INFO).code == ResponseCode.SUCCESS
+    with cluster.namesrv_client() as ns_victim:
+        ns_victim.send_raw(frame)
+        assert closed_or_error(ns_victim)
+    with cluster.namesrv_client() as ns:
+        assert ns.invoke(RequestCode.GET_BROKER_CLUSTER_INFO).code == ResponseCode.SUCCESS
+
+
+def test_random_bytes_never_take_the_server_down(cluster):
+    """A bounded random-bytes run (seeded) against both ports."""
+    rng = random.Random(4)
+    for addr in (cluster.broker, cluster.namesrv):
+        for _ in range(40):
+            size = rng.choice([1, 3, 4, 7, 8, 16, 100, 1000])
+            blob = bytes(rng.getrandbits(8) for _ in range(size))
+            if rng.random() < 0.5:  # plausible prefix, garbage inside
+                blob = FRAME_PREFIX.pack(
+                    4 + len(blob), rng.choice([0, 1 << 24]) | min(len(blob), rng.randrange(64))
+                )
+                blob += bytes(rng.getrandbits(8) for _ in range(size))
+            with WireClient(addr, timeout=3) as c:
+                c.send_raw(blob)
+                c.is_closed_by_peer(0.05)
+        with WireClient(addr) as c:
+            code = (
+                RequestCode.GET_BROKER_RUNTIME_INFO
+                if addr == cluster.broker
+                else RequestCode.GET_BROKER_CLUSTER_INFO
+            )
+            assert c.invoke(code).code == ResponseCode.SUCCESS
+
+
+def test_half_frame_then_close_is_harmless(cluster, uniq, make_topic):
+    topic = make_topic(uniq())
+    with cluster.broker_client() as c:
+        frame = raw_json_frame(
+            {
+                "code": 30,
+                "flag": 0,
+                "language": "JAVA",
+                "opaque": 1,
+                "version": 409,
+                "extFields": {"topic": topic, "queueId": "0"},
+            }
+        )
+        c.send_raw(frame[: len(frame) // 2])
+    with cluster.broker_client() as c:
+        assert c.invoke(RequestCode.GET_MAX_OFFSET, {"topic": topic, "queueId": 0}).code == 0
