@@ -1,0 +1,234 @@
+"""What one Spark task does: replay its connection plans against the target with asyncio.
+
+A minimal per-connection replayer on rmqgate.server.client.RemotingClient (kept here until the shared
+replay engine of tools/replay.py can run a list of plans; the lead dedupes). Each connection sends
+its requests in recorded order, at ``start_at + t / speed`` (or at once with speed None = max), and
+before each request waits for the responses the capture shows had arrived before it (so a sync
+producer stays sync and a parked long-poll does not hold up the heartbeats behind it). Requests the
+server makes are answered with what the recorded client answered (or SUCCESS). One outcome row per
+request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from rmqgate.server.client import RemotingClient
+from rmqgate.spark.plan import ConnPlan, Step
+from rmqgate.wire.codes import ResponseCode
+from rmqgate.wire.command import ONEWAY_FLAG, RemotingCommand
+from rmqgate.wire.frame import decode_frame
+
+#: (name, Spark SQL type) of an outcome row, in order.
+OUTCOME_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("task", "int"),
+    ("conn", "string"),
+    ("clone", "int"),
+    ("role", "string"),
+    ("target", "string"),
+    ("seq", "int"),
+    ("code", "int"),
+    ("topic", "string"),
+    ("status", "string"),  # ok / oneway / unanswered / timeout / conn_error / unroutable
+    ("resp_code", "int"),  # -1: no response
+    ("expected", "int"),  # recorded response code, -1: none recorded
+    ("mismatch", "boolean"),
+    ("messages", "int"),  # messages a SEND carried
+    ("sched_s", "double"),  # when the plan said to send, seconds after start
+    ("sent_s", "double"),  # when it was sent, seconds after start
+    ("latency_ms", "double"),  # -1: no response
+    ("req_bytes", "int"),
+    ("resp_bytes", "int"),
+    ("error", "string"),
+)
+OUTCOME_DDL = ", ".join(f"{n} {t}" for n, t in OUTCOME_COLUMNS)
+ERROR_STATUSES = ("timeout", "conn_error", "unroutable")
+
+
+@dataclass(slots=True)
+class ReplayOptions:
+    speed: float | None = 1.0  # None: as fast as the target answers
+    timeout: float = 30.0  # per request with a recorded response
+    grace: float = 1.0  # how long requests the capture never saw answered may stay open at the end
+    connect_timeout: float = 5.0
+
+
+def _outcome(
+    task: int,
+    plan: ConnPlan,
+    target: str,
+    step: Step,
+    status: str,
+    sched: float,
+    sent: float,
+    resp: RemotingCommand | None = None,
+    latency_ms: float = -1.0,
+    error: str | None = None,
+) -> tuple[Any, ...]:
+    resp_code = resp.code if resp is not None else -1
+    expected = -1 if step.expected is None else step.expected
+    resp_bytes = 0
+    if resp is not None:
+        resp_bytes = len(resp.body) if resp.body else 0
+    return (
+        task,
+        plan.key,
+        plan.clone,
+        plan.role,
+        target,
+        step.seq,
+        step.code,
+        step.topic,
+        status,
+        resp_code,
+        expected,
+        resp is not None and expected >= 0 and resp_code != expected,
+        step.messages,
+        sched,
+        sent,
+        latency_ms,
+        len(step.frame),
+        resp_bytes,
+        error,
+    )
+
+
+async def replay_connection(
+    plan: ConnPlan, target: str, start_at: float, opts: ReplayOptions, task: int = 0
+) -> list[tuple[Any, ...]]:
+    """Replay one connection; one outcome per step, in step order."""
+    out: dict[int, tuple[Any, ...]] = {}
+    speed = opts.speed
+    steps = plan.steps
+    now = time.time
+
+    def sched_of(step: Step) -> float:
+        return step.t / speed if speed else 0.0
+
+    if not target:
+        return [
+            _outcome(
+                task, plan, target, s, "unroutable", sched_of(s), -1.0, error="no target for " + plan.server
+            )
+            for s in steps
+        ]
+    cmds = [decode_frame(s.frame) for s in steps]
+    reply_index: dict[int, int] = {}
+
+    def on_request(cmd: RemotingCommand) -> RemotingCommand | None:
+        if cmd.flag & ONEWAY_FLAG:
+            return None
+        recorded = plan.replies.get(cmd.code)
+        if not recorded:
+            return cmd.response(ResponseCode.SUCCESS)
+        i = reply_index.get(cmd.code, 0)
+        reply_index[cmd.code] = i + 1
+        resp = decode_frame(recorded[i % len(recorded)])
+        resp.opaque = cmd.opaque
+        return resp
+
+    host, _, port = target.rpartition(":")
+    delay = start_at + (sched_of(steps[0]) if speed else 0.0) - now()
+    if delay > 0:
+        await asyncio.sleep(delay)
+    try:
+        client = await RemotingClient.connect(
+            host.strip("[]"), int(port), on_request=on_request, timeout=opts.connect_timeout
+        )
+    except (OSError, TimeoutError) as exc:
+        msg = f"connect {target}: {exc or type(exc).__name__}"
+        return [_outcome(task, plan, target, s, "conn_error", sched_of(s), -1.0, error=msg) for s in steps]
+
+    done: dict[int, asyncio.Event] = {}
+    needed = {d for s in steps for d in s.deps}
+    for d in needed:
+        done[d] = asyncio.Event()
+
+    async def call(step: Step, cmd: RemotingCommand, sched: float, sent: float, timeout: float) -> None:
+        t = time.perf_counter()
+        try:
+            resp = await client.invoke(cmd, timeout)
+            latency = (time.perf_counter() - t) * 1000.0
+            out[step.seq] = _outcome(task, plan, target, step, "ok", sched, sent, resp, latency)
+        except TimeoutError:
+            out[step.seq] = _outcome(task, plan, target, step, "timeout", sched, sent, error="timeout")
+        except asyncio.CancelledError:
+            out[step.seq] = _outcome(task, plan, target, step, "unanswered", sched, sent)
+        except (ConnectionError, OSError) as exc:
+            out[step.seq] = _outcome(task, plan, target, step, "conn_error", sched, sent, error=str(exc))
+        finally:
+            ev = done.get(step.seq)
+            if ev is not None:
+                ev.set()
+
+    expected_tasks: list[asyncio.Task[None]] = []
+    open_tasks: list[asyncio.Task[None]] = []
+    try:
+        for step, cmd in zip(steps, cmds, strict=True):
+            sched = sched_of(step)
+            if speed:
+                delay = start_at + sched - now()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+            for d in step.deps:
+                ev = done.get(d)
+                if ev is not None and not ev.is_set():
+                    await ev.wait()
+            sent = now() - start_at
+            if client.closed:
+                out[step.seq] = _outcome(
+                    task, plan, target, step, "conn_error", sched, sent, error="connection closed"
+                )
+                continue
+            if step.oneway:
+                client.invoke_oneway(cmd)
+                out[step.seq] = _outcome(task, plan, target, step, "oneway", sched, sent)
+                continue
+            if step.expected is None:
+                open_tasks.append(asyncio.create_task(call(step, cmd, sched, sent, opts.timeout)))
+            else:
+                expected_tasks.append(asyncio.create_task(call(step, cmd, sched, sent, opts.timeout)))
+        if expected_tasks:
+            await asyncio.gather(*expected_tasks)
+        if open_tasks:
+            _, pending = await asyncio.wait(open_tasks, timeout=opts.grace)
+            for t in pending:
+                t.cancel()
+            await asyncio.gather(*open_tasks, return_exceptions=True)
+    finally:
+        await client.aclose()
+    return [out[s.seq] for s in steps]
+
+
+async def replay_plans(
+    plans: Iterable[ConnPlan], targets: dict[str, str], start_at: float, opts: ReplayOptions, task: int = 0
+) -> list[tuple[Any, ...]]:
+    plans = list(plans)
+    results = await asyncio.gather(
+        *(replay_connection(p, targets.get(p.server, ""), start_at, opts, task) for p in plans)
+    )
+    return [row for rows in results for row in rows]
+
+
+def run_task(
+    plans: Iterable[ConnPlan], targets: dict[str, str], start_at: float, opts: ReplayOptions, task: int = 0
+) -> list[tuple[Any, ...]]:
+    """Entry point inside a Spark task (its own event loop)."""
+    return asyncio.run(replay_plans(plans, targets, start_at, opts, task))
+
+
+def task_id() -> int:
+    try:
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        if ctx is not None:
+            return int(ctx.partitionId())
+    except ImportError:
+        pass
+    return os.getpid()

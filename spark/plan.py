@@ -1,0 +1,364 @@
+"""The replay plan: per original connection, its requests in order with timing, the responses the
+capture recorded, and what must have been answered before each request went out.
+
+Pure Python (no Spark): the job groups frame rows by connection and calls ``build_conn_plan`` once per
+(connection, clone). A clone (``clone > 0``) is the same client again under another identity: its
+clientID (heartbeat, unregister, lock bodies) gets a ``#<clone>`` suffix, and every message it sends gets
+a distinct UNIQ_KEY and KEYS, so N clones put N distinct copies of each message. Producer and consumer
+groups stay, so clones join the same groups as the original.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from rmqgate.wire.codes import RequestCode
+from rmqgate.wire.command import RESPONSE_FLAG, RemotingCommand
+from rmqgate.wire.errors import CodecError
+from rmqgate.wire.fastjson import loads as fastjson_loads
+from rmqgate.wire.frame import decode_frame, encode_frame
+from rmqgate.wire.message import (
+    PROPERTY_KEYS,
+    PROPERTY_UNIQ_KEY,
+    decode_batch,
+    encode_batch,
+    format_properties,
+    parse_properties,
+)
+
+#: Requests only a name server serves (decide a connection's role when the capture does not say).
+NAMESRV_CODES = frozenset(
+    {
+        RequestCode.PUT_KV_CONFIG,
+        RequestCode.GET_KV_CONFIG,
+        RequestCode.DELETE_KV_CONFIG,
+        RequestCode.GET_ROUTEINFO_BY_TOPIC,
+        RequestCode.GET_BROKER_CLUSTER_INFO,
+        RequestCode.WIPE_WRITE_PERM_OF_BROKER,
+        RequestCode.ADD_WRITE_PERM_OF_BROKER,
+        RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER,
+        RequestCode.DELETE_TOPIC_IN_NAMESRV,
+        RequestCode.REGISTER_TOPIC_IN_NAMESRV,
+        RequestCode.GET_KVLIST_BY_NAMESPACE,
+        RequestCode.GET_TOPICS_BY_CLUSTER,
+        RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_NS,
+        RequestCode.GET_UNIT_TOPIC_LIST,
+        RequestCode.GET_HAS_UNIT_SUB_TOPIC_LIST,
+        RequestCode.GET_HAS_UNIT_SUB_UNUNIT_TOPIC_LIST,
+        RequestCode.UPDATE_NAMESRV_CONFIG,
+        RequestCode.GET_NAMESRV_CONFIG,
+    }
+)
+#: A connection carrying these is a broker talking to its name server, not a client: never replayed
+#: (it would register the recorded broker's address with the target name server).
+BROKER_SELF_CODES = frozenset(
+    {RequestCode.REGISTER_BROKER, RequestCode.UNREGISTER_BROKER, RequestCode.QUERY_DATA_VERSION}
+)
+SINGLE_SEND_CODES = frozenset({RequestCode.SEND_MESSAGE, RequestCode.SEND_REPLY_MESSAGE})
+SEND_V2_CODES = frozenset({RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_REPLY_MESSAGE_V2})
+SEND_CODES = SINGLE_SEND_CODES | SEND_V2_CODES | {RequestCode.SEND_BATCH_MESSAGE}
+
+
+@dataclass(slots=True)
+class Step:
+    """One request of a connection."""
+
+    seq: int
+    t: float  # seconds after the first frame of its input
+    code: int
+    oneway: bool
+    frame: bytes  # the request frame to send (the client gives it a fresh opaque)
+    expected: int | None  # response code recorded; None: the capture has no response
+    deps: tuple[int, ...]  # seqs whose recorded responses arrived before this request was sent
+    topic: str | None = None
+    messages: int = 0  # messages a SEND carries (batch entries), 0 for other codes
+
+
+@dataclass(slots=True)
+class ConnPlan:
+    key: str  # original connection key
+    clone: int
+    source: str
+    role: str  # "namesrv" / "broker"
+    server: str  # original server address
+    steps: list[Step] = field(default_factory=list)
+    replies: dict[int, list[bytes]] = field(default_factory=dict)  # code -> recorded client answers
+
+    @property
+    def name(self) -> str:
+        return f"{self.key}~{self.clone}" if self.clone else self.key
+
+
+def _get(row: Any, name: str) -> Any:
+    return row[name] if isinstance(row, Mapping) else getattr(row, name)
+
+
+def role_of(request_codes: Iterable[int], hint: str = "") -> str:
+    """ "namesrv" / "broker" / "broker-self" (a broker registering itself: skipped) for a connection
+    whose client sent ``request_codes``; ``hint`` is the role the capture recorded, if any."""
+    codes = set(request_codes)
+    if codes & BROKER_SELF_CODES:
+        return "broker-self"
+    if hint in ("namesrv", "broker"):
+        return hint
+    return "namesrv" if codes & NAMESRV_CODES else "broker"
+
+
+def connection_role(rows: Iterable[Any]) -> str:
+    rows = list(rows)
+    codes = [_get(r, "code") for r in rows if _get(r, "direction") == "c2s" and _get(r, "is_request")]
+    hint = next((_get(r, "role") for r in rows if _get(r, "role")), "")
+    return role_of(codes, hint)
+
+
+# --- clone identities --------------------------------------------------------------------------
+
+_CLIENT_ID_RE = re.compile(rb'("client[Ii][Dd]"\s*:\s*")([^"]*)(")')
+_TOPIC_RE = re.compile(rb'("topic"\s*:\s*")([^"]*)(")')
+_HEX = re.compile(r"[0-9A-Fa-f]+")
+
+
+def clone_client_id(client_id: str, clone: int) -> str:
+    return f"{client_id}#{clone}" if clone else client_id
+
+
+def clone_uniq_key(uniq: str, clone: int) -> str:
+    """Same length and shape (ip + pid + ... in hex) with the pid field shifted by ``clone``."""
+    if not clone:
+        return uniq
+    if len(uniq) in (32, 56) and _HEX.fullmatch(uniq):
+        pos = len(uniq) - 24
+        pid = (int(uniq[pos : pos + 4], 16) + clone) & 0xFFFF
+        return f"{uniq[:pos]}{pid:04X}{uniq[pos + 4 :]}"
+    return f"{uniq}-{clone}"
+
+
+def clone_properties(props: dict[str, str], clone: int) -> dict[str, str]:
+    out = dict(props)
+    if PROPERTY_UNIQ_KEY in out:
+        out[PROPERTY_UNIQ_KEY] = clone_uniq_key(out[PROPERTY_UNIQ_KEY], clone)
+    if out.get(PROPERTY_KEYS):
+        out[PROPERTY_KEYS] = " ".join(f"{k}#{clone}" for k in out[PROPERTY_KEYS].split(" ") if k)
+    return out
+
+
+def _is_batch(cmd: RemotingCommand) -> bool:
+    if cmd.code == RequestCode.SEND_BATCH_MESSAGE:
+        return True
+    ext = cmd.ext_fields or {}
+    flag = ext.get("m") if cmd.code in SEND_V2_CODES else ext.get("batch")
+    return str(flag).lower() in ("true", "1")
+
+
+def message_count(cmd: RemotingCommand) -> int:
+    """Messages a SEND request stores (a batch stores each entry)."""
+    if cmd.code not in SEND_CODES:
+        return 0
+    if _is_batch(cmd) and cmd.body:
+        try:
+            return len(decode_batch(cmd.body))
+        except CodecError:
+            return 1
+    return 1
+
+
+def clone_request(cmd: RemotingCommand, clone: int) -> bool:
+    """Give ``cmd`` the identity of clone ``clone`` in place; True if anything changed."""
+    if not clone:
+        return False
+    code = cmd.code
+    ext = cmd.ext_fields
+    changed = False
+    if code in (RequestCode.HEART_BEAT, RequestCode.LOCK_BATCH_MQ, RequestCode.UNLOCK_BATCH_MQ) and cmd.body:
+        body = _CLIENT_ID_RE.sub(
+            lambda m: m.group(1) + clone_client_id(m.group(2).decode(), clone).encode() + m.group(3),
+            bytes(cmd.body),
+        )
+        changed = body != bytes(cmd.body)
+        cmd.body = body
+    elif code == RequestCode.UNREGISTER_CLIENT and ext and "clientID" in ext:
+        ext["clientID"] = clone_client_id(ext["clientID"], clone)
+        changed = True
+    elif code in SEND_CODES and ext is not None:
+        key = "i" if code in SEND_V2_CODES or code == RequestCode.SEND_BATCH_MESSAGE else "properties"
+        if key not in ext and "properties" in ext:
+            key = "properties"
+        if ext.get(key):
+            ext[key] = format_properties(clone_properties(parse_properties(ext[key]), clone))
+            changed = True
+        if _is_batch(cmd) and cmd.body:
+            try:
+                entries = decode_batch(cmd.body)
+            except CodecError:
+                entries = []
+            for e in entries:
+                e.properties = clone_properties(e.properties, clone)
+            if entries:
+                cmd.body = encode_batch(entries)
+                changed = True
+    return changed
+
+
+def map_topics(cmd: RemotingCommand, topic_map: Mapping[str, str]) -> bool:
+    """Rename topics (``--topic-map OLD=NEW``) in the header and in heartbeat/lock bodies; True if changed."""
+    if not topic_map:
+        return False
+    changed = False
+    ext = cmd.ext_fields
+    if ext:
+        for key in (
+            ("topic", "b") if cmd.code in SEND_V2_CODES | {RequestCode.SEND_BATCH_MESSAGE} else ("topic",)
+        ):
+            new = topic_map.get(ext.get(key, ""))
+            if new is not None:
+                ext[key] = new
+                changed = True
+    if cmd.body and cmd.code in (
+        RequestCode.HEART_BEAT,
+        RequestCode.LOCK_BATCH_MQ,
+        RequestCode.UNLOCK_BATCH_MQ,
+    ):
+        body = _TOPIC_RE.sub(
+            lambda m: (
+                m.group(1) + topic_map.get(m.group(2).decode(), m.group(2).decode()).encode() + m.group(3)
+            ),
+            bytes(cmd.body),
+        )
+        changed = changed or body != bytes(cmd.body)
+        cmd.body = body
+    return changed
+
+
+# --- building -------------------------------------------------------------------------------------
+
+
+def build_conn_plan(
+    key: str, rows: Iterable[Any], t0: float, clone: int = 0, topic_map: Mapping[str, str] | None = None
+) -> ConnPlan | None:
+    """The plan of one connection (rows: its frames in any order); None if it is not to be replayed."""
+    rows = sorted(rows, key=lambda r: _get(r, "idx"))
+    if not rows:
+        return None
+    role = connection_role(rows)
+    if role == "broker-self":
+        return None
+    first = rows[0]
+    plan = ConnPlan(key, clone, _get(first, "source"), role, _get(first, "server"))
+    by_opaque: dict[int, Step] = {}
+    answered: list[int] = []
+    for r in rows:
+        if _get(r, "error"):
+            continue
+        direction = _get(r, "direction")
+        is_request = _get(r, "is_request")
+        if direction == "c2s" and is_request:
+            raw = bytes(_get(r, "raw"))
+            cmd = decode_frame(raw)
+            messages = message_count(cmd)
+            renamed = map_topics(cmd, topic_map or {})
+            if clone_request(cmd, clone) or renamed:
+                raw = encode_frame(cmd)
+            step = Step(
+                seq=len(plan.steps),
+                t=max(0.0, _get(r, "ts") - t0),
+                code=_get(r, "code"),
+                oneway=bool(_get(r, "oneway")),
+                frame=raw,
+                expected=None,
+                deps=tuple(answered),
+                topic=(topic_map or {}).get(_get(r, "topic"), _get(r, "topic")),
+                messages=messages,
+            )
+            answered = []
+            plan.steps.append(step)
+            if not step.oneway:
+                by_opaque[_get(r, "opaque")] = step
+        elif direction == "s2c" and not is_request:
+            step = by_opaque.pop(_get(r, "opaque"), None)
+            if step is not None:
+                step.expected = _get(r, "code")
+                answered.append(step.seq)
+        elif direction == "c2s" and not is_request and _get(r, "req_code") >= 0:
+            plan.replies.setdefault(_get(r, "req_code"), []).append(bytes(_get(r, "raw")))
+    return plan if plan.steps else None
+
+
+# --- routing --------------------------------------------------------------------------------------
+
+
+def broker_names_from_routes(route_bodies: Iterable[bytes]) -> dict[str, str]:
+    """Original broker address -> broker name, from recorded GET_ROUTEINFO_BY_TOPIC response bodies."""
+    out: dict[str, str] = {}
+    for body in route_bodies:
+        try:
+            data = fastjson_loads(bytes(body).decode("utf-8"))
+        except Exception:
+            continue
+        for bd in data.get("brokerDatas") or ():
+            for addr in (bd.get("brokerAddrs") or {}).values():
+                out[str(addr)] = str(bd.get("brokerName"))
+    return out
+
+
+def masters_from_cluster_info(body: bytes) -> dict[str, str]:
+    """Broker name -> master address, from a GET_BROKER_CLUSTER_INFO response body."""
+    data = fastjson_loads(bytes(body).decode("utf-8"))
+    out: dict[str, str] = {}
+    for name, bd in (data.get("brokerAddrTable") or {}).items():
+        addrs = bd.get("brokerAddrs") or {}
+        master = addrs.get("0") or addrs.get(0)
+        if master:
+            out[str(name)] = str(master)
+    return out
+
+
+def _vip_partner(addr: str) -> str:
+    """The broker's main port for its VIP channel port (listenPort - 2) and the other way round."""
+    host, _, port = addr.rpartition(":")
+    try:
+        return f"{host}:{int(port) + 2}"
+    except ValueError:
+        return addr
+
+
+def resolve_targets(
+    servers: Iterable[tuple[str, str]],
+    names: Mapping[str, str],
+    masters: Mapping[str, str],
+    namesrv: str,
+) -> dict[str, str]:
+    """Original server address -> target address for every (role, server) the plan connects to.
+
+    Broker connections go to the target master with the same broker name; when the capture's broker
+    name is unknown to the target (or was never seen in a route) and the target has exactly one
+    broker, that one. Unresolvable brokers map to "" (their requests fail as unroutable).
+    """
+    out: dict[str, str] = {}
+    only = next(iter(masters.values())) if len(masters) == 1 else ""
+    for role, server in servers:
+        if role == "namesrv":
+            out[server] = namesrv
+            continue
+        name = names.get(server) or names.get(_vip_partner(server))
+        out[server] = masters.get(name, "") if name else ""
+        if not out[server]:
+            out[server] = only
+    return out
+
+
+def route_bodies_from_rows(rows: Iterable[Any]) -> list[bytes]:
+    """Bodies of successful recorded GET_ROUTEINFO_BY_TOPIC responses."""
+    bodies = []
+    for r in rows:
+        if _get(r, "req_code") != RequestCode.GET_ROUTEINFO_BY_TOPIC or _get(r, "code") != 0:
+            continue
+        try:
+            cmd = decode_frame(bytes(_get(r, "raw")))
+        except CodecError:
+            continue
+        if cmd.flag & RESPONSE_FLAG and cmd.body:
+            bodies.append(bytes(cmd.body))
+    return bodies
