@@ -788,14 +788,14 @@ def compress_body(
 
         return zstandard.ZstdCompressor(level=level).compress(body)
     lz4_frame = _lz4_frame()
-    return lz4_frame.compress(
-        bytes(body),
+    # A streaming compressor keeps the declared 4 MiB block size (one-shot compress shrinks it).
+    compressor = lz4_frame.LZ4FrameCompressor(
         block_size=lz4_frame.BLOCKSIZE_MAX4MB,
         block_linked=False,
         content_checksum=False,
         block_checksum=False,
-        store_size=False,
     )
+    return compressor.begin() + compressor.compress(bytes(body)) + compressor.flush()
 
 
 def decompress_body(body: Buffer, sys_flag: int) -> bytes:

@@ -1,0 +1,679 @@
+"""Stored-message codec: golden Java 4.9.8 store and captures, round trips, malformed input."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import struct
+import sys
+import tarfile
+import zlib
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from rmqgate.wire import message as m
+from rmqgate.wire.errors import CompressionUnavailable, MessageFormatError
+from rmqgate.wire.message import MessageExt, MessageSysFlag
+
+STORE_TGZ = "java-4.9.8-store-clean.tgz"
+STORE_MANIFEST = "java-4.9.8-store-clean.manifest.json"
+
+# --------------------------------------------------------------------------------------------------
+# Golden store written by the Java 4.9.8 broker
+
+
+@pytest.fixture(scope="module")
+def java_store(corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("java-store")
+    with tarfile.open(corpus / STORE_TGZ) as tar:
+        tar.extractall(root, filter="data")
+    return root / "storeA"
+
+
+@pytest.fixture(scope="module")
+def commitlog(java_store: Path) -> list[tuple[int, bytes, list[MessageExt]]]:
+    """(file start offset, file bytes, records) per CommitLog file, in offset order."""
+    out = []
+    for path in sorted((java_store / "commitlog").iterdir()):
+        data = path.read_bytes()
+        out.append((int(path.name), data, list(m.iter_commitlog(data))))
+    return out
+
+
+def _all_records(commitlog: list[tuple[int, bytes, list[MessageExt]]]) -> list[tuple[int, bytes, MessageExt]]:
+    return [(base, data, msg) for base, data, msgs in commitlog for msg in msgs]
+
+
+def test_commitlog_files_are_records_then_an_end_of_file_blank(commitlog) -> None:
+    assert len(commitlog) > 1, "the golden store must span several CommitLog files"
+    for i, (base, data, msgs) in enumerate(commitlog):
+        assert len(data) == 1024 * 1024
+        pos = 0
+        for msg in msgs:
+            assert msg.commit_log_offset == base + pos, "physical offset is the record's CommitLog position"
+            pos += msg.store_size
+        total, magic = m.RECORD_PREFIX.unpack_from(data, pos)
+        if i < len(commitlog) - 1:
+            assert magic == m.BLANK_MAGIC
+            assert total == len(data) - pos, "the BLANK record announces the rest of the file"
+            assert total >= m.END_FILE_MIN_BLANK_LENGTH
+            assert m.encode_blank(total) == data[pos : pos + 8]
+            assert base + len(data) == commitlog[i + 1][0]
+        else:
+            assert (total, magic) == (0, 0), "the last file ends in its unwritten zero tail"
+
+
+def test_every_record_matches_the_manifest(corpus: Path, commitlog) -> None:
+    manifest = json.loads((corpus / STORE_MANIFEST).read_text())
+    expected = {
+        (topic, int(queue), e["offset"]): e
+        for topic, queues in manifest.items()
+        for queue, entries in queues.items()
+        for e in entries
+    }
+    found = {}
+    for _, _, msg in _all_records(commitlog):
+        key = (msg.topic, msg.queue_id, msg.queue_offset)
+        assert key not in found, f"duplicate record {key}"
+        found[key] = msg
+    assert found.keys() == expected.keys()
+    for key, e in expected.items():
+        msg = found[key]
+        assert msg.commit_log_offset == e["phys"], key
+        assert hashlib.sha1(msg.body).hexdigest() == e["sha1"], key
+        assert msg.keys == e["keys"], key
+        assert msg.tags == e["tags"], key
+        assert msg.sys_flag == e["sysflag"], key
+        assert msg.magic == m.MAGIC_V1
+        assert msg.body_crc == m.body_crc(msg.body)
+
+
+def test_every_record_reencodes_to_identical_bytes(commitlog) -> None:
+    for base, data, msg in _all_records(commitlog):
+        pos = msg.commit_log_offset - base
+        original = data[pos : pos + msg.store_size]
+        assert m.encode_message(msg) == original
+        # Also through the CRC-checking, zero-copy decoder and from the middle of the buffer.
+        again = m.decode_message(data, pos, check_crc=True, copy_body=False)
+        assert bytes(m.encode_message(again)) == original
+
+
+def test_java_broker_properties_order_is_reproduced(commitlog) -> None:
+    """The 4.9.8 broker re-serialises single sends from its HashMap; batch entries keep the client's
+    string with CLUSTER appended, so only those need the stored string kept verbatim."""
+    kinds = Counter()
+    for _, _, msg in _all_records(commitlog):
+        java = m.format_properties(msg.properties, java_order=True)
+        if msg.topic.startswith("LabBatch"):
+            batch_level = m.format_properties({"WAIT": "true", "CLUSTER": "DefaultCluster"}, java_order=True)
+            assert msg.properties_raw.endswith("\x02" + batch_level)
+            kinds["batch"] += 1
+        else:
+            assert java == msg.properties_raw, msg
+            kinds["single"] += 1
+    assert kinds["single"] > 1000
+    assert kinds["batch"] > 0
+
+
+def test_consume_queue_tags_codes_are_java_string_hashes(java_store: Path, commitlog) -> None:
+    by_phys = {msg.commit_log_offset: msg for _, _, msg in _all_records(commitlog)}
+    unit = struct.Struct(">qiq")  # ConsumeQueue unit, read independently of the store package
+    checked = 0
+    for qfile in (java_store / "consumequeue").glob("*/*/*"):
+        data = qfile.read_bytes()
+        for pos in range(0, len(data) - unit.size + 1, unit.size):
+            phys, size, tags_code = unit.unpack_from(data, pos)
+            if size == 0 or phys not in by_phys:
+                continue
+            msg = by_phys[phys]
+            assert size == msg.store_size
+            assert tags_code == m.tags_code(msg.tags)
+            checked += 1
+    assert checked == len(by_phys)
+
+
+def test_construct_declaration_parses_what_the_fast_decoder_reads(commitlog) -> None:
+    for base, data, msg in _all_records(commitlog)[::97]:
+        pos = msg.commit_log_offset - base
+        parsed = m.StoredMessage.parse(data[pos : pos + msg.store_size])
+        _assert_same_as_declaration(parsed, msg)
+
+
+def _assert_same_as_declaration(parsed, msg: MessageExt) -> None:
+    for name in (
+        "total_size",
+        "magic",
+        "body_crc",
+        "queue_id",
+        "flag",
+        "queue_offset",
+        "commit_log_offset",
+        "sys_flag",
+        "born_timestamp",
+        "born_host",
+        "born_port",
+        "store_timestamp",
+        "store_host",
+        "store_port",
+        "reconsume_times",
+        "prepared_transaction_offset",
+        "body",
+        "topic",
+    ):
+        ours = {"total_size": msg.store_size}.get(name, getattr(msg, name, None))
+        assert parsed[name] == ours, name
+    assert parsed.properties == msg.properties_raw
+
+
+# --------------------------------------------------------------------------------------------------
+# Golden captures: PULL bodies, batch bodies, compressed bodies
+
+
+def _capture_reader():
+    try:
+        from rmqgate.tools.pcap import read_frames
+    except ImportError:
+        pytest.skip("rmqgate.tools.pcap is not available yet")
+    return read_frames
+
+
+def test_pull_bodies_in_captures_are_concatenated_stored_records(corpus: Path) -> None:
+    read_frames = _capture_reader()
+    pulls = messages = compressed = 0
+    for pcap in sorted(corpus.glob("pcap*/*.pcap")):
+        requests = {}
+        for frame in read_frames(pcap):
+            cmd = frame.command
+            if cmd is None:
+                continue
+            key = (frame.conn_id, cmd.opaque)
+            if not cmd.flag & 1:
+                requests[key] = cmd.code
+                continue
+            if requests.get(key) not in (11, 361) or cmd.code != 0 or not cmd.body:
+                continue
+            records = list(m.iter_messages(cmd.body))
+            assert b"".join(m.encode_message(r) for r in records) == cmd.body, pcap.name
+            for r in records:
+                assert r.body_crc == m.body_crc(r.body)
+                if r.sys_flag & MessageSysFlag.COMPRESSED:
+                    assert len(m.decompress_body(r.body, r.sys_flag)) >= 4096  # compressMsgBodyOverHowmuch
+                    compressed += 1
+            pulls += 1
+            messages += len(records)
+    assert pulls > 100 and messages > pulls
+    assert compressed > 0, "i_LargeBody captures carry zlib-compressed bodies"
+
+
+def test_batch_bodies_in_captures_round_trip(corpus: Path) -> None:
+    read_frames = _capture_reader()
+    batches = 0
+    for pcap in sorted(corpus.glob("pcap*/*.pcap")):
+        for frame in read_frames(pcap):
+            cmd = frame.command
+            if cmd is None or cmd.flag & 1 or not cmd.body:
+                continue
+            batch_flag = (cmd.ext_fields or {}).get("m", "").strip('"')
+            if cmd.code == 320 or (cmd.code == 310 and batch_flag in ("1", "true")):
+                entries = m.decode_batch(cmd.body)
+                assert entries and all(e.uniq_key for e in entries), pcap.name
+                assert len({e.uniq_key for e in entries}) == len(entries), "each entry has its own UNIQ_KEY"
+                assert m.encode_batch(entries) == cmd.body
+                batches += 1
+    assert batches >= 2
+
+
+# --------------------------------------------------------------------------------------------------
+# Layout facts and small behaviours
+
+
+def test_patch_positions_match_rocketmq() -> None:
+    assert (m.MAGIC_POS, m.FLAG_POS, m.QUEUE_OFFSET_POS, m.PHYSICAL_OFFSET_POS, m.SYSFLAG_POS) == (
+        4,
+        16,
+        20,
+        28,
+        36,
+    )
+    assert m.store_timestamp_pos(0) == m.STORE_TIMESTAMP_POS == 56
+    assert m.store_timestamp_pos(MessageSysFlag.STOREHOST_V6) == 56
+    assert m.store_timestamp_pos(MessageSysFlag.BORNHOST_V6) == 68
+    assert m.record_length(0, 0, 0) == 91  # CommitLog.calMsgLength(0, 0, 0, 0)
+    assert m.record_length(10, 5, 7, born_v6=True, store_v6=True, v2=True) == 91 + 24 + 1 + 22
+
+
+@pytest.mark.parametrize("host_flags", [0, 0x10, 0x20, 0x30])
+def test_patch_record_writes_offsets_and_store_time(host_flags: int) -> None:
+    msg = _sample(sys_flag=host_flags)
+    buf = bytearray(b"\xee" * 7) + m.encode_message(msg)
+    m.patch_record(buf, 7, 1234, 987654321, 1_700_000_000_123)
+    out = m.decode_message(buf, 7, check_crc=True)
+    assert (out.queue_offset, out.commit_log_offset, out.store_timestamp) == (
+        1234,
+        987654321,
+        1_700_000_000_123,
+    )
+    assert (out.born_timestamp, out.body, out.properties) == (msg.born_timestamp, msg.body, msg.properties)
+
+
+def test_body_crc_masks_the_sign_bit_like_utilall() -> None:
+    body = next(b for b in (bytes([i]) * 3 for i in range(256)) if zlib.crc32(b) & 0x80000000)
+    assert m.body_crc(body) == zlib.crc32(body) - 0x80000000
+    assert m.body_crc(b"") == 0
+
+
+def test_long_topic_uses_v2_and_short_topic_v1() -> None:
+    short = m.encode_message(_sample(topic="t" * 127))
+    long = m.encode_message(_sample(topic="t" * 128))
+    assert struct.unpack_from(">I", short, 4)[0] == m.MAGIC_V1
+    assert struct.unpack_from(">I", long, 4)[0] == m.MAGIC_V2
+    assert len(long) == len(short) + 2
+    assert m.decode_message(long).topic == "t" * 128
+    wide = "é" * 64  # 128 UTF-8 bytes although only 64 characters
+    assert m.decode_message(m.encode_message(_sample(topic=wide))).magic == m.MAGIC_V2
+
+
+def test_changed_properties_are_not_hidden_by_the_decoded_string() -> None:
+    msg = m.decode_message(m.encode_message(_sample()))
+    msg.properties[m.PROPERTY_RETRY_TOPIC] = "%RETRY%g"
+    out = m.decode_message(m.encode_message(msg))
+    assert out.properties[m.PROPERTY_RETRY_TOPIC] == "%RETRY%g"
+
+
+def test_properties_format_matches_rocketmq() -> None:
+    assert m.format_properties({"KEYS": "a b", "TAGS": "T", "NULL": None}) == "KEYS\x01a b\x02TAGS\x01T"
+    assert m.format_properties({}) == ""
+    # Java skips: no separator, empty key, empty value, segments shorter than 3 chars.
+    assert m.parse_properties("a\x01b\x02nosep\x02\x01v\x02k\x01\x02x\x01y\x01z\x02\x02") == {
+        "a": "b",
+        "x": "y\x01z",
+    }
+
+
+def test_offset_msg_id_examples() -> None:
+    msg_id = m.encode_offset_msg_id(bytes([127, 0, 0, 1]), 10911, 0x1234)
+    assert msg_id == "7F00000100002A9F0000000000001234"
+    assert m.decode_offset_msg_id(msg_id) == (bytes([127, 0, 0, 1]), 10911, 0x1234)
+    assert m.decode_offset_msg_id(msg_id.lower()) == (bytes([127, 0, 0, 1]), 10911, 0x1234)
+    v6 = m.encode_offset_msg_id(bytes(range(16)), 1, 2)
+    assert len(v6) == 56 and v6 == v6.upper()
+
+
+def test_java_string_hash_known_values() -> None:
+    assert m.java_string_hash("") == 0
+    assert m.java_string_hash("hello") == 99162322
+    assert m.java_string_hash("Aa") == m.java_string_hash("BB") == 2112
+    assert m.java_string_hash("polygenelubricants") == -(2**31)
+    assert m.java_string_hash("\U0001f600") == 0xD83D * 31 + 0xDE00  # a surrogate pair
+    assert m.tags_code(None) == m.tags_code("") == 0
+
+
+def test_sys_flag_helpers() -> None:
+    flag = MessageSysFlag.COMPRESSED | MessageSysFlag.TRANSACTION_PREPARED | MessageSysFlag.ZSTD
+    assert m.transaction_type(flag) == MessageSysFlag.TRANSACTION_PREPARED
+    reset = m.reset_transaction(flag, MessageSysFlag.TRANSACTION_COMMIT)
+    assert reset == MessageSysFlag.COMPRESSED | MessageSysFlag.TRANSACTION_COMMIT | MessageSysFlag.ZSTD
+    assert m.compression_type(MessageSysFlag.COMPRESSED) == MessageSysFlag.ZLIB
+    assert m.compression_flags("zstd") == 0x201
+
+
+# --------------------------------------------------------------------------------------------------
+# Compression
+
+
+@pytest.mark.parametrize("kind", ["zlib", "zstd", "lz4"])
+def test_compression_round_trip(kind: str) -> None:
+    body = b"RocketMQ " * 1000
+    packed = m.compress_body(body, kind, 5)
+    assert len(packed) < len(body)
+    assert m.decompress_body(packed, m.compression_flags(kind)) == body
+
+
+def test_legacy_type_zero_means_zlib_and_uncompressed_passes_through() -> None:
+    body = b"x" * 5000
+    assert m.decompress_body(zlib.compress(body, 5), MessageSysFlag.COMPRESSED) == body
+    assert m.decompress_body(body, MessageSysFlag.ZSTD) == body  # type bits without COMPRESSED
+
+
+def test_lz4_uses_the_lz4_java_frame_defaults() -> None:
+    packed = m.compress_body(b"a" * 100, MessageSysFlag.LZ4)
+    assert packed[:4] == b"\x04\x22\x4d\x18"  # LZ4 frame magic
+    assert packed[4] == 0x60  # FLG: version 01, independent blocks, no checksums, no content size
+    assert packed[5] == 0x70  # BD: 4 MiB blocks
+
+
+def test_zstd_stream_without_content_size_decompresses() -> None:
+    import zstandard
+
+    cobj = zstandard.ZstdCompressor(level=5, write_content_size=False).compressobj()
+    packed = cobj.compress(b"z" * 9000) + cobj.flush()
+    assert m.decompress_body(packed, m.compression_flags("zstd")) == b"z" * 9000
+
+
+def test_missing_lz4_raises_compression_unavailable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "lz4", None)
+    monkeypatch.setitem(sys.modules, "lz4.frame", None)
+    with pytest.raises(CompressionUnavailable, match="lz4"):
+        m.decompress_body(b"\x04\x22\x4d\x18", m.compression_flags("lz4"))
+    with pytest.raises(CompressionUnavailable, match="lz4"):
+        m.compress_body(b"x", "lz4")
+    assert m.decompress_body(zlib.compress(b"ok"), MessageSysFlag.COMPRESSED) == b"ok"
+
+
+@pytest.mark.parametrize("kind", ["zlib", "zstd", "lz4"])
+def test_corrupt_compressed_body_is_a_format_error(kind: str) -> None:
+    packed = m.compress_body(b"payload " * 100, kind)
+    for bad in (b"", b"garbage!", packed[: len(packed) // 2]):
+        with pytest.raises(MessageFormatError):
+            m.decompress_body(bad, m.compression_flags(kind))
+
+
+def test_unknown_compression_type_is_a_format_error() -> None:
+    with pytest.raises(MessageFormatError, match="compression"):
+        m.decompress_body(b"x", MessageSysFlag.COMPRESSED | 0x400)
+
+
+# --------------------------------------------------------------------------------------------------
+# Property-based round trips
+
+_text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=40)
+_key = st.text(
+    st.characters(blacklist_categories=("Cs",), blacklist_characters="\x01\x02"), min_size=1, max_size=20
+)
+_value = st.text(
+    st.characters(blacklist_categories=("Cs",), blacklist_characters="\x02"), min_size=1, max_size=40
+)
+_properties = st.dictionaries(_key, _value, max_size=8)
+_int32 = st.integers(-(2**31), 2**31 - 1)
+_int64 = st.integers(-(2**63), 2**63 - 1)
+
+
+@st.composite
+def _messages(draw) -> MessageExt:
+    born_v6 = draw(st.booleans())
+    store_v6 = draw(st.booleans())
+    sys_flag = draw(st.integers(0, 0x7FF)) & ~m._HOST_FLAGS
+    sys_flag |= (MessageSysFlag.BORNHOST_V6 if born_v6 else 0) | (
+        MessageSysFlag.STOREHOST_V6 if store_v6 else 0
+    )
+    topic_chars = st.characters(blacklist_categories=("Cs",))
+    return MessageExt(
+        topic=draw(
+            st.one_of(st.text(topic_chars, max_size=20), st.text(topic_chars, min_size=100, max_size=300))
+        ),
+        body=draw(st.binary(max_size=300)),
+        flag=draw(_int32),
+        queue_id=draw(_int32),
+        queue_offset=draw(_int64),
+        commit_log_offset=draw(_int64),
+        sys_flag=sys_flag,
+        born_timestamp=draw(_int64),
+        born_host=draw(st.binary(min_size=16 if born_v6 else 4, max_size=16 if born_v6 else 4)),
+        born_port=draw(_int32),
+        store_timestamp=draw(_int64),
+        store_host=draw(st.binary(min_size=16 if store_v6 else 4, max_size=16 if store_v6 else 4)),
+        store_port=draw(_int32),
+        reconsume_times=draw(_int32),
+        prepared_transaction_offset=draw(_int64),
+        properties=draw(_properties),
+    )
+
+
+@given(_messages())
+@settings(max_examples=300, deadline=None)
+def test_stored_message_round_trip(msg: MessageExt) -> None:
+    record = m.encode_message(msg)
+    assert len(record) == msg.store_size
+    topic_len = len(msg.topic.encode())
+    assert msg.magic == (m.MAGIC_V2 if topic_len > 127 else m.MAGIC_V1)
+    assert msg.store_size == m.record_length(
+        len(msg.body),
+        topic_len,
+        len(m.format_properties(msg.properties).encode()),
+        born_v6=bool(msg.sys_flag & MessageSysFlag.BORNHOST_V6),
+        store_v6=bool(msg.sys_flag & MessageSysFlag.STOREHOST_V6),
+        v2=topic_len > 127,
+    )
+    out = m.decode_message(bytes(record), check_crc=True)
+    assert out == msg
+    assert m.encode_message(out) == record
+    _assert_same_as_declaration(m.StoredMessage.parse(bytes(record)), out)
+    two = list(m.iter_messages(record + record))
+    assert two == [msg, msg]
+    header_only = m.decode_message(record, with_body=False)
+    assert header_only.body == b"" and header_only.properties == msg.properties
+
+
+@given(_properties)
+def test_properties_round_trip(props: dict[str, str]) -> None:
+    text = m.format_properties(props)
+    assert m.parse_properties(text) == props
+    assert m.format_properties(m.parse_properties(text)) == text
+    java = m.format_properties(props, java_order=True)
+    assert m.parse_properties(java) == props
+    assert sorted(java.split("\x02")) == sorted(text.split("\x02")) if props else java == ""
+
+
+def _java_string2message_properties(s: str) -> dict[str, str]:
+    """Independent index-based transcription of MessageDecoder.string2messageProperties semantics."""
+    out, index, n = {}, 0, len(s)
+    while index < n:
+        new = s.find("\x02", index)
+        if new < 0:
+            new = n
+        if new - index >= 3:
+            kv = s.find("\x01", index)
+            if index < kv < new - 1:
+                out[s[index:kv]] = s[kv + 1 : new]
+        index = new + 1
+    return out
+
+
+@given(st.text(st.sampled_from("ab\x01\x02é"), max_size=30))
+@settings(max_examples=500)
+def test_properties_parser_skips_malformed_pairs_like_java(s: str) -> None:
+    assert m.parse_properties(s) == _java_string2message_properties(s)
+
+
+_entries = st.builds(
+    m.BatchEntry,
+    flag=_int32,
+    body=st.binary(max_size=100),
+    properties=st.dictionaries(_key, _value, max_size=5).map(lambda d: {**d, m.PROPERTY_UNIQ_KEY: "ID"}),
+)
+
+
+@given(st.lists(_entries, max_size=6))
+def test_batch_round_trip(entries: list[m.BatchEntry]) -> None:
+    for i, entry in enumerate(entries):
+        entry.properties[m.PROPERTY_UNIQ_KEY] = f"UNIQ{i}"
+    body = m.encode_batch(entries)
+    out = m.decode_batch(body)
+    assert out == entries
+    assert [e.uniq_key for e in out] == [f"UNIQ{i}" for i in range(len(entries))]
+    assert m.encode_batch(out) == body
+
+
+@given(st.one_of(st.binary(min_size=4, max_size=4), st.binary(min_size=16, max_size=16)), _int32, _int64)
+def test_offset_msg_id_round_trip(address: bytes, port: int, offset: int) -> None:
+    msg_id = m.encode_offset_msg_id(address, port, offset)
+    assert len(msg_id) == (32 if len(address) == 4 else 56)
+    assert msg_id == msg_id.upper()
+    assert m.decode_offset_msg_id(msg_id) == (address, port, offset)
+
+
+@given(st.text(max_size=30))
+def test_java_string_hash_over_utf16_units(s: str) -> None:
+    units = struct.unpack(
+        f">{len(s.encode('utf-16-be', 'surrogatepass')) // 2}H", s.encode("utf-16-be", "surrogatepass")
+    )
+    expected = sum(u * pow(31, len(units) - 1 - i, 2**32) for i, u in enumerate(units)) % 2**32
+    h = m.java_string_hash(s)
+    assert -(2**31) <= h < 2**31
+    assert h % 2**32 == expected
+
+
+# --------------------------------------------------------------------------------------------------
+# Malformed input: MessageFormatError and nothing else
+
+
+def _sample(**kw) -> MessageExt:
+    base = dict(
+        topic="TopicTest",
+        body=b"hello world",
+        queue_id=1,
+        born_timestamp=1_700_000_000_000,
+        born_host=b"\x7f\x00\x00\x01",
+        born_port=50000,
+        store_timestamp=1_700_000_000_001,
+        store_host=b"\x7f\x00\x00\x01",
+        store_port=10911,
+        properties={"KEYS": "k1", "TAGS": "TagA", "UNIQ_KEY": "ABC"},
+    )
+    base.update(kw)
+    sys_flag = base.get("sys_flag", 0)
+    if sys_flag & MessageSysFlag.BORNHOST_V6 and "born_host" not in kw:
+        base["born_host"] = bytes(15) + b"\x01"
+    if sys_flag & MessageSysFlag.STOREHOST_V6 and "store_host" not in kw:
+        base["store_host"] = bytes(15) + b"\x01"
+    return MessageExt(**base)
+
+
+def _record(**kw) -> bytes:
+    return bytes(m.encode_message(_sample(**kw)))
+
+
+def test_every_truncation_is_a_format_error() -> None:
+    record = _record()
+    for cut in range(len(record)):
+        with pytest.raises(MessageFormatError):
+            m.decode_message(record[:cut])
+
+
+@pytest.mark.parametrize("delta", [-3, -1, 1, 2])
+def test_wrong_total_size_is_a_format_error(delta: int) -> None:
+    record = bytearray(_record()) + b"\x00" * 4
+    struct.pack_into(">i", record, 0, len(record) - 4 + delta)
+    with pytest.raises(MessageFormatError):
+        m.decode_message(record)
+
+
+def test_bad_magic_is_a_format_error() -> None:
+    record = bytearray(_record())
+    struct.pack_into(">I", record, 4, m.BLANK_MAGIC)
+    with pytest.raises(MessageFormatError, match="magic"):
+        m.decode_message(record)
+
+
+def test_bad_property_length_is_a_format_error() -> None:
+    record = bytearray(_record())
+    props_pos = len(record) - len("KEYS\x01k1\x02TAGS\x01TagA\x02UNIQ_KEY\x01ABC") - 2
+    for bad in (-1, 0, 5, 32767):
+        struct.pack_into(">h", record, props_pos, bad)
+        with pytest.raises(MessageFormatError):
+            m.decode_message(record)
+
+
+def test_bad_utf8_is_a_format_error() -> None:
+    record = bytearray(_record(topic="abc"))
+    topic_pos = record.index(b"\x03abc") + 1
+    record[topic_pos] = 0xFF
+    with pytest.raises(MessageFormatError, match="UTF-8"):
+        m.decode_message(record)
+    record = bytearray(_record())
+    record[-1] = 0xC3  # a dangling lead byte at the end of the properties
+    with pytest.raises(MessageFormatError, match="UTF-8"):
+        m.decode_message(record)
+
+
+def test_negative_body_and_topic_lengths_are_format_errors() -> None:
+    record = bytearray(_record())
+    struct.pack_into(">i", record, m._FIXED[0].size - 4, -5)
+    with pytest.raises(MessageFormatError):
+        m.decode_message(record)
+    record = bytearray(_record(topic="abc"))
+    record[record.index(b"\x03abc")] = 0x83  # a negative signed byte
+    with pytest.raises(MessageFormatError):
+        m.decode_message(record)
+
+
+def test_crc_mismatch_only_when_checked() -> None:
+    record = bytearray(_record())
+    record[m.BODY_CRC_POS + 3] ^= 1
+    assert m.decode_message(record).body == b"hello world"
+    with pytest.raises(MessageFormatError, match="CRC"):
+        m.decode_message(record, check_crc=True)
+
+
+def test_encode_rejects_inconsistent_messages() -> None:
+    with pytest.raises(MessageFormatError, match="born host"):
+        m.encode_message(_sample(born_host=bytes(16)))
+    with pytest.raises(MessageFormatError, match="store host"):
+        m.encode_message(_sample(sys_flag=MessageSysFlag.STOREHOST_V6, store_host=b"\x7f\x00\x00\x01"))
+    with pytest.raises(MessageFormatError):
+        m.encode_message(_sample(topic="t" * 40000))
+    with pytest.raises(MessageFormatError):
+        m.encode_message(_sample(topic="bad\ud800"))
+    with pytest.raises(MessageFormatError):
+        m.encode_message(_sample(queue_offset=2**63))
+    with pytest.raises(MessageFormatError):
+        m.encode_message(_sample(properties={"k": "v" * 40000}))
+
+
+def test_malformed_batches_and_ids_are_format_errors() -> None:
+    body = m.encode_batch([m.BatchEntry(0, b"abc", {"UNIQ_KEY": "X"})])
+    for cut in range(1, len(body)):
+        with pytest.raises(MessageFormatError):
+            m.decode_batch(body[:cut])
+    bad = bytearray(body)
+    struct.pack_into(">i", bad, 0, len(body) + 1)
+    with pytest.raises(MessageFormatError):
+        m.decode_batch(bad)
+    for msg_id in ("", "7F000001", "Z" * 32, "7F00000100002A9F000000000000123", " " * 32):
+        with pytest.raises(MessageFormatError):
+            m.decode_offset_msg_id(msg_id)
+    with pytest.raises(MessageFormatError):
+        m.encode_offset_msg_id(b"\x01\x02\x03", 1, 1)
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.binary(max_size=200))
+def test_random_bytes_never_raise_anything_else(data: bytes) -> None:
+    for call in (m.decode_message, m.decode_batch, lambda d: list(m.iter_messages(d))):
+        try:
+            call(data)
+        except MessageFormatError:
+            pass
+
+
+def test_bounded_mutation_fuzz_of_valid_records() -> None:
+    rng = random.Random(20241122)
+    seeds = [
+        _record(),
+        _record(sys_flag=0x30, topic="t" * 130),
+        _record(body=b""),
+        m.encode_batch([m.BatchEntry(1, b"x" * 20, {"UNIQ_KEY": "A"}), m.BatchEntry(2, b"", {"k": "é"})]),
+    ]
+    outcomes = Counter()
+    for _ in range(5000):
+        data = bytearray(rng.choice(seeds))
+        for _ in range(rng.randint(1, 4)):
+            op = rng.randrange(3)
+            if op == 0 and data:
+                data[rng.randrange(len(data))] = rng.randrange(256)
+            elif op == 1 and data:
+                del data[rng.randrange(len(data)) :]
+            else:
+                data += bytes(rng.randrange(256) for _ in range(rng.randint(1, 8)))
+        for call in (m.decode_message, m.decode_batch, lambda d: list(m.iter_messages(d))):
+            try:
+                call(bytes(data))
+                outcomes["ok"] += 1
+            except MessageFormatError:
+                outcomes["error"] += 1
+    assert outcomes["ok"] and outcomes["error"]
