@@ -443,6 +443,8 @@ def decode_message(
 
     ``copy_body=False`` leaves the body as a memoryview into ``buf``.
     """
+    if offset < 0:
+        raise MessageFormatError(f"negative record offset {offset}")
     try:
         (total, magic, crc, queue_id, flag, queue_offset, phys, sys_flag, born_ts) = _unpack_head(buf, offset)
         if magic != MAGIC_V1 and magic != MAGIC_V2:

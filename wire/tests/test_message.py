@@ -553,6 +553,10 @@ def test_every_truncation_is_a_format_error() -> None:
     for cut in range(len(record)):
         with pytest.raises(MessageFormatError):
             m.decode_message(record[:cut])
+    two = record + record
+    for offset in (-len(record), -1, len(two), len(two) + 10, len(record) + 1):
+        with pytest.raises(MessageFormatError):
+            m.decode_message(two, offset)
 
 
 @pytest.mark.parametrize("delta", [-3, -1, 1, 2])
