@@ -1,0 +1,922 @@
+"""DefaultMessageStore: CommitLog append + dispatch, reads, flush services, recovery, expiry cleanup.
+
+One lock serialises appends and their dispatch to ConsumeQueue/IndexFile (RocketMQ's reput, done
+inline so a message is readable when ``put_message`` returns). A flush thread fsyncs the CommitLog
+(interval or group commit); a service thread flushes ConsumeQueues/index/checkpoint, persists
+consumer offsets and deletes expired segments. Records are copied into the mmap with their
+TOTALSIZE written last, so a process killed mid-copy leaves nothing that recovery could take for
+a record.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import ipaddress
+import os
+import shutil
+import struct
+import threading
+import time
+from collections.abc import Collection, Sequence
+from concurrent.futures import Future
+from pathlib import Path
+
+from rmqgate.store.api import (
+    SCHEDULE_TOPIC,
+    SYNC_FLUSH,
+    ArrivalListener,
+    DispatchRequest,
+    GetMessageStatus,
+    GetResult,
+    PutMessageStatus,
+    PutResult,
+    QueryResult,
+    StoreConfig,
+    TagsFilter,
+)
+from rmqgate.store.checkpoint import StoreCheckpoint
+from rmqgate.store.consume_queue import ConsumeQueue
+from rmqgate.store.index_file import IndexService
+from rmqgate.store.layout import CQ_UNIT, CQ_UNIT_SIZE
+from rmqgate.store.mapped_file import PAGE_SIZE, MappedFile, MappedFileQueue
+from rmqgate.store.meta import LmdbMetaStore
+from rmqgate.wire.errors import MessageFormatError
+from rmqgate.wire.message import (
+    BLANK_MAGIC,
+    END_FILE_MIN_BLANK_LENGTH,
+    PROPERTY_DELAY_TIME_LEVEL,
+    PROPERTY_KEYS,
+    PROPERTY_REAL_QUEUE_ID,
+    PROPERTY_REAL_TOPIC,
+    PROPERTY_TAGS,
+    PROPERTY_UNIQ_KEY,
+    RECORD_PREFIX,
+    V1_TOPIC_MAX_BYTES,
+    MessageExt,
+    MessageSysFlag,
+    decode_message,
+    encode_blank,
+    encode_message,
+    encode_offset_msg_id,
+    java_string_hash,
+    patch_record,
+    store_timestamp_pos,
+    tags_code,
+)
+
+_TX_MASK = MessageSysFlag.TRANSACTION_MASK
+_TX_PREPARED = MessageSysFlag.TRANSACTION_PREPARED
+_TX_ROLLBACK = MessageSysFlag.TRANSACTION_ROLLBACK
+_unpack_prefix = RECORD_PREFIX.unpack_from
+_TS = struct.Struct(">q")  # STORETIMESTAMP, read at store_timestamp_pos(sysFlag)
+_CLEAN_FORCIBLY_RATIO = 85
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def parse_delay_levels(spec: str) -> dict[int, int]:
+    """``messageDelayLevel`` -> {level: delay ms}."""
+    units = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+    return {i + 1: int(tok[:-1]) * units[tok[-1]] for i, tok in enumerate(spec.split())}
+
+
+class CommitLog:
+    def __init__(self, root: Path, mapped_file_size: int) -> None:
+        self.queue = MappedFileQueue(root / "commitlog", mapped_file_size)
+        self.mapped_file_size = mapped_file_size
+
+    def get_min_offset(self) -> int:
+        return self.queue.get_min_offset()
+
+    def get_max_offset(self) -> int:
+        return self.queue.get_max_offset()
+
+    def get_data(self, phys: int, size: int) -> memoryview | None:
+        if phys < 0 or phys + size > self.get_max_offset():
+            return None
+        f = self.queue.find_mapped_file_by_offset(phys)
+        if f is None:
+            return None
+        rel = phys - f.file_from_offset
+        if rel + size > f.file_size:
+            return None
+        try:
+            return f.buf[rel : rel + size]
+        except ValueError:  # segment was just deleted
+            return None
+
+    def record_at(self, phys: int) -> memoryview | None:
+        f = self.queue.find_mapped_file_by_offset(phys)
+        if f is None or phys >= self.get_max_offset():
+            return None
+        rel = phys - f.file_from_offset
+        try:
+            total, magic = _unpack_prefix(f.buf, rel)
+        except ValueError:
+            return None
+        if magic == BLANK_MAGIC or total <= 0 or rel + total > f.wrote_position:
+            return None
+        return f.buf[rel : rel + total]
+
+    def pickup_store_timestamp(self, phys: int, size: int) -> int:
+        rec = self.get_data(phys, size)
+        if rec is None or size < 64:
+            return -1
+        sys_flag = int.from_bytes(rec[36:40], "big")
+        return _TS.unpack_from(rec, store_timestamp_pos(sys_flag))[0]
+
+    def roll_next_file(self, phys: int) -> int:
+        return phys + self.mapped_file_size - phys % self.mapped_file_size
+
+
+class _FlushService(threading.Thread):
+    """ASYNC_FLUSH: fsync every interval when enough pages are dirty; SYNC_FLUSH: group commit."""
+
+    def __init__(self, store: DefaultMessageStore) -> None:
+        super().__init__(name="rmqgate-commitlog-flush", daemon=True)
+        self.store = store
+        self.sync = store.config.flush_disk_type == SYNC_FLUSH
+        self._cond = threading.Condition()
+        self._requests: list[tuple[int, Future[PutMessageStatus], float]] = []
+        self._stopped = False
+        self.flush_count = 0
+
+    def submit(self, next_offset: int) -> Future[PutMessageStatus]:
+        fut: Future[PutMessageStatus] = Future()
+        deadline = time.monotonic() + self.store.config.sync_flush_timeout / 1000
+        with self._cond:
+            self._requests.append((next_offset, fut, deadline))
+            self._cond.notify()
+        return fut
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stopped = True
+            self._cond.notify()
+        self.join()
+
+    def _flush(self) -> int:
+        store = self.store
+        ts = store._last_store_ts
+        flushed = store.commitlog.queue.flush()
+        self.flush_count += 1
+        if ts:
+            store.checkpoint.physic_msg_timestamp = ts
+        return flushed
+
+    def run(self) -> None:
+        if self.sync:
+            self._run_group_commit()
+        else:
+            self._run_interval()
+
+    def _run_group_commit(self) -> None:
+        while True:
+            with self._cond:
+                while not self._requests and not self._stopped:
+                    self._cond.wait()
+                reqs, self._requests = self._requests, []
+                stopped = self._stopped
+            if reqs:
+                target = max(r[0] for r in reqs)
+                flushed = self._flush()
+                while flushed < target:
+                    flushed = self._flush()
+                now = time.monotonic()
+                for off, fut, deadline in reqs:
+                    ok = off <= flushed and now <= deadline
+                    fut.set_result(PutMessageStatus.PUT_OK if ok else PutMessageStatus.FLUSH_DISK_TIMEOUT)
+            if stopped and not self._requests:
+                return
+
+    def _run_interval(self) -> None:
+        cfg = self.store.config
+        q = self.store.commitlog.queue
+        last_thorough = time.monotonic()
+        while True:
+            with self._cond:
+                if not self._stopped:
+                    self._cond.wait(cfg.flush_interval_commitlog / 1000)
+                stopped = self._stopped
+            now = time.monotonic()
+            dirty_pages = (q.get_max_offset() - q.flushed_where) // PAGE_SIZE
+            thorough = now - last_thorough >= cfg.flush_commitlog_thorough_interval / 1000
+            if dirty_pages >= cfg.flush_commitlog_least_pages or thorough or stopped:
+                if thorough:
+                    last_thorough = now
+                self._flush()
+            if stopped:
+                return
+
+
+class _ServiceThread(threading.Thread):
+    """ConsumeQueue/index/checkpoint flush, consumer offset persistence, expired file cleanup."""
+
+    def __init__(self, store: DefaultMessageStore) -> None:
+        super().__init__(name="rmqgate-store-service", daemon=True)
+        self.store = store
+        self._stop_event = threading.Event()
+
+    def stop(self) -> None:
+        self._stop_event.set()
+        self.join()
+
+    def run(self) -> None:
+        cfg = self.store.config
+        tick = min(
+            cfg.flush_interval_consume_queue, cfg.flush_consumer_offset_interval, cfg.clean_resource_interval
+        )
+        next_cq = next_off = next_clean = 0.0
+        while not self._stop_event.wait(tick / 1000):
+            now = time.monotonic()
+            try:
+                if now >= next_cq:
+                    next_cq = now + cfg.flush_interval_consume_queue / 1000
+                    self.store.flush_logics()
+                if now >= next_off:
+                    next_off = now + cfg.flush_consumer_offset_interval / 1000
+                    self.store.meta.persist_offsets()
+                if now >= next_clean:
+                    next_clean = now + cfg.clean_resource_interval / 1000
+                    self.store.clean_expired_files()
+            except Exception:  # keep the service alive; the next round retries
+                import logging
+
+                logging.getLogger(__name__).exception("store service round failed")
+
+
+class DefaultMessageStore:
+    def __init__(self, config: StoreConfig) -> None:
+        self.config = config
+        self.root = Path(config.store_path_root_dir)
+        self.root.mkdir(parents=True, exist_ok=True)
+        self._lock_fd = os.open(self.root / "lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.lockf(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(self._lock_fd)
+            raise RuntimeError(f"store {self.root} is locked by another process") from None
+        self.abort_file = self.root / "abort"
+        self.last_exit_ok = not self.abort_file.exists()
+        self.checkpoint = StoreCheckpoint(self.root / "checkpoint")
+        self.commitlog = CommitLog(self.root, config.mapped_file_size_commitlog)
+        self.consume_queues: dict[tuple[str, int], ConsumeQueue] = {}
+        self.index = IndexService(
+            self.root / "index", config.max_hash_slot_num, config.max_index_num, java_string_hash
+        )
+        self.meta = LmdbMetaStore(self.root / "meta", config.meta_map_size)
+        self.topic_queue_table: dict[tuple[str, int], int] = {}
+        self.delay_levels = parse_delay_levels(config.message_delay_level)
+        self.max_delay_level = max(self.delay_levels) if self.delay_levels else 0
+        addr = ipaddress.ip_address(config.store_host)
+        self._store_host = addr.packed
+        self._store_v6 = addr.version == 6
+        self._put_lock = threading.Lock()
+        self._listeners: list[ArrivalListener] = []
+        self._last_store_ts = 0
+        self._shutdown = True
+        self._physical_memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        self.recovered_from = 0  # where the last recovery re-dispatched from (observable for tests)
+        self._flush_service: _FlushService | None = None
+        self._service: _ServiceThread | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+    @classmethod
+    def open(cls, config: StoreConfig, *, start_services: bool = True) -> DefaultMessageStore:
+        store = cls(config)
+        try:
+            store._load_and_recover()
+        except BaseException:
+            store._close_files()
+            raise
+        store.abort_file.touch()
+        _fsync_dir(store.root)
+        store._shutdown = False
+        if start_services:
+            store._flush_service = _FlushService(store)
+            store._flush_service.start()
+            store._service = _ServiceThread(store)
+            store._service.start()
+        return store
+
+    def shutdown(self) -> None:
+        if self._shutdown:
+            return
+        with self._put_lock:
+            self._shutdown = True
+        if self._service is not None:
+            self._service.stop()
+        if self._flush_service is not None:
+            self._flush_service.stop()
+        ts = self._last_store_ts
+        self.commitlog.queue.flush()
+        self.flush_logics()
+        if ts:
+            self.checkpoint.physic_msg_timestamp = max(self.checkpoint.physic_msg_timestamp, ts)
+            self.checkpoint.logics_msg_timestamp = max(self.checkpoint.logics_msg_timestamp, ts)
+            self.checkpoint.index_msg_timestamp = max(self.checkpoint.index_msg_timestamp, ts)
+        self.checkpoint.flush()
+        self._close_files()
+        self.abort_file.unlink(missing_ok=True)
+        _fsync_dir(self.root)
+        os.close(self._lock_fd)
+
+    def _close_files(self) -> None:
+        self.meta.close()
+        self.commitlog.queue.close()
+        for cq in self.consume_queues.values():
+            cq.close()
+        self.index.close()
+        self.checkpoint.close()
+
+    # ------------------------------------------------------------------ recovery
+    def _load_and_recover(self) -> None:
+        cfg = self.config
+        self.commitlog.queue.load()
+        cq_root = self.root / "consumequeue"
+        if cq_root.is_dir():
+            for tdir in sorted(cq_root.iterdir()):
+                if not tdir.is_dir():
+                    continue
+                for qdir in sorted(tdir.iterdir()):
+                    if qdir.is_dir() and qdir.name.isdigit():
+                        cq = ConsumeQueue(
+                            tdir.name, int(qdir.name), cq_root, cfg.mapped_file_size_consume_queue
+                        )
+                        cq.load()
+                        self.consume_queues[(tdir.name, int(qdir.name))] = cq
+        self.index.load(self.last_exit_ok, self.checkpoint.index_msg_timestamp)
+        for cq in self.consume_queues.values():
+            cq.recover()
+
+        files = self.commitlog.queue.files
+        start = max(0, len(files) - 3) if self.last_exit_ok else self._abnormal_start_file(files)
+        end = self._scan_commitlog(files, start)
+        self.commitlog.queue.set_positions(end)
+
+        for cq in self.consume_queues.values():
+            cq.truncate_dirty(end)
+            if not self.last_exit_ok:
+                self._check_last_units(cq)
+        min_phy = self.commitlog.get_min_offset()
+        if self.last_exit_ok:
+            reput_from = max([cq.max_physic_offset for cq in self.consume_queues.values()] + [min_phy])
+        else:
+            reput_from = files[start].file_from_offset if files else 0
+        self.recovered_from = reput_from
+        self._reput(reput_from, end)
+        for key, cq in self.consume_queues.items():
+            cq.correct_min_offset(min_phy)
+            self.topic_queue_table[key] = cq.get_max_offset_in_queue()
+
+    def _abnormal_start_file(self, files: list[MappedFile]) -> int:
+        """Newest segment whose first record is older than everything the checkpoint vouches for."""
+        limit = self.checkpoint.min_timestamp()
+        if self.config.message_index_enable:
+            limit = min(limit, self.checkpoint.index_msg_timestamp)
+        for i in range(len(files) - 1, -1, -1):
+            try:
+                msg = decode_message(files[i].buf, 0, with_body=False)
+            except MessageFormatError:
+                continue
+            if msg.store_timestamp and msg.store_timestamp <= limit:
+                return i
+        return 0
+
+    def _scan_commitlog(self, files: list[MappedFile], start: int) -> int:
+        """Validate records (magic, size, CRC, position) from segment ``start``; returns the end offset."""
+        if not files:
+            return 0
+        end = files[start].file_from_offset
+        for i in range(start, len(files)):
+            f = files[i]
+            buf = f.buf
+            pos = 0
+            limit = f.file_size
+            while pos + 8 <= limit:
+                total, magic = _unpack_prefix(buf, pos)
+                if magic == BLANK_MAGIC and 8 <= total == limit - pos:
+                    break
+                try:
+                    msg = decode_message(buf, pos, check_crc=True, copy_body=False)
+                except MessageFormatError:
+                    return f.file_from_offset + pos
+                if msg.commit_log_offset != f.file_from_offset + pos:
+                    return f.file_from_offset + pos
+                pos += total
+            else:
+                return f.file_from_offset + pos
+            end = f.file_from_offset + pos  # blank: the file is complete, continue with the next
+            if i + 1 < len(files) and files[i + 1].file_from_offset != f.end_offset:
+                return end
+        return end
+
+    def _check_last_units(self, cq: ConsumeQueue) -> None:
+        """After a crash, drop trailing ConsumeQueue units that don't describe their CommitLog record."""
+        while True:
+            last = cq.last_unit()
+            if last is None:
+                return
+            offset, phys, size, _ = last
+            rec = self.commitlog.record_at(phys)
+            ok = False
+            if rec is not None and len(rec) == size:
+                try:
+                    m = decode_message(rec, 0, with_body=False)
+                    ok = m.topic == cq.topic and m.queue_id == cq.queue_id and m.queue_offset == offset
+                except MessageFormatError:
+                    ok = False
+            if ok:
+                return
+            cq._truncate_to(offset)
+            prev = cq.last_unit()
+            cq.max_physic_offset = prev[1] + prev[2] if prev else -1
+
+    def _reput(self, start: int, end: int) -> None:
+        """Dispatch CommitLog records in [start, end) to ConsumeQueues and the index (idempotent)."""
+        pos = max(start, self.commitlog.get_min_offset())
+        q = self.commitlog.queue
+        while pos < end:
+            f = q.find_mapped_file_by_offset(pos)
+            if f is None:
+                break
+            rel = pos - f.file_from_offset
+            total, magic = _unpack_prefix(f.buf, rel)
+            if magic == BLANK_MAGIC:
+                pos = f.end_offset
+                continue
+            msg = decode_message(f.buf, rel, with_body=False)
+            props = msg.properties
+            self._dispatch(
+                msg.topic,
+                msg.queue_id,
+                pos,
+                total,
+                self._tags_code(msg.topic, props, msg.store_timestamp),
+                msg.store_timestamp,
+                msg.queue_offset,
+                props.get(PROPERTY_KEYS),
+                props.get(PROPERTY_UNIQ_KEY),
+                msg.sys_flag,
+            )
+            self._last_store_ts = msg.store_timestamp
+            pos += total
+
+    # ------------------------------------------------------------------ write path
+    def _tags_code(self, topic: str, props: dict[str, str], store_ts: int) -> int:
+        if topic == SCHEDULE_TOPIC:
+            level = props.get(PROPERTY_DELAY_TIME_LEVEL)
+            if level:
+                delay = self.delay_levels.get(int(level))
+                return store_ts + (delay if delay is not None else 1000)
+        return tags_code(props.get(PROPERTY_TAGS))
+
+    def find_consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue:
+        cq = self.consume_queues.get((topic, queue_id))
+        if cq is None:
+            cq = ConsumeQueue(
+                topic, queue_id, self.root / "consumequeue", self.config.mapped_file_size_consume_queue
+            )
+            self.consume_queues[(topic, queue_id)] = cq
+        return cq
+
+    def _dispatch(
+        self,
+        topic: str,
+        queue_id: int,
+        phys: int,
+        size: int,
+        tcode: int,
+        store_ts: int,
+        queue_offset: int,
+        keys: str | None,
+        uniq: str | None,
+        sys_flag: int,
+    ) -> None:
+        tx = sys_flag & _TX_MASK
+        if tx != _TX_PREPARED and tx != _TX_ROLLBACK:
+            self.find_consume_queue(topic, queue_id).put(phys, size, tcode, queue_offset)
+        if self.config.message_index_enable and tx != _TX_ROLLBACK and (keys or uniq):
+            self.index.build_index(topic, keys, uniq, phys, store_ts)
+
+    def _prepare(self, msg: MessageExt) -> PutMessageStatus | None:
+        """Checks and rewrites before encoding (``CommitLog.putMessage`` / ``checkStoreStatus``)."""
+        if self._shutdown:
+            return PutMessageStatus.SERVICE_NOT_AVAILABLE
+        if len(msg.topic.encode()) > V1_TOPIC_MAX_BYTES:
+            return PutMessageStatus.MESSAGE_ILLEGAL
+        tx = msg.sys_flag & _TX_MASK
+        props = msg.properties
+        if tx != _TX_PREPARED and tx != _TX_ROLLBACK and msg.topic != SCHEDULE_TOPIC:
+            level = props.get(PROPERTY_DELAY_TIME_LEVEL)
+            if level and level.lstrip("-").isdigit() and int(level) > 0:
+                lvl = min(int(level), self.max_delay_level)
+                props[PROPERTY_DELAY_TIME_LEVEL] = str(lvl)
+                props[PROPERTY_REAL_TOPIC] = msg.topic
+                props[PROPERTY_REAL_QUEUE_ID] = str(msg.queue_id)
+                msg.properties_raw = None
+                msg.topic = SCHEDULE_TOPIC
+                msg.queue_id = lvl - 1
+        msg.store_host = self._store_host
+        msg.store_port = self.config.store_port
+        if self._store_v6:
+            msg.sys_flag |= MessageSysFlag.STOREHOST_V6
+        else:
+            msg.sys_flag &= ~MessageSysFlag.STOREHOST_V6
+        return None
+
+    def _encode(self, msg: MessageExt) -> bytearray | PutMessageStatus:
+        try:
+            rec = encode_message(msg)
+        except MessageFormatError as exc:
+            if "properties" in str(exc):
+                return PutMessageStatus.PROPERTIES_SIZE_EXCEEDED
+            return PutMessageStatus.MESSAGE_ILLEGAL
+        if len(rec) > self.config.max_message_size + 4096 or len(msg.body) > self.config.max_message_size:
+            return PutMessageStatus.MESSAGE_ILLEGAL
+        return rec
+
+    def _writable_file(self, need: int) -> MappedFile:
+        q = self.commitlog.queue
+        f = q.get_last_mapped_file(0)
+        assert f is not None
+        if need + END_FILE_MIN_BLANK_LENGTH > f.file_size - f.wrote_position:
+            remaining = f.file_size - f.wrote_position
+            f.buf[f.wrote_position : f.wrote_position + 8] = encode_blank(remaining)
+            f.wrote_position = f.file_size
+            f = q.get_last_mapped_file()
+            assert f is not None
+            if need + END_FILE_MIN_BLANK_LENGTH > f.file_size:
+                raise ValueError("record larger than a CommitLog segment")
+        return f
+
+    def put_message(self, msg: MessageExt) -> PutResult:
+        return self.put_messages((msg,))
+
+    def put_messages(self, msgs: Sequence[MessageExt]) -> PutResult:
+        """Append one message or a batch (same topic/queue, consecutive queue offsets, written atomically)."""
+        if not msgs:
+            return PutResult(PutMessageStatus.MESSAGE_ILLEGAL)
+        recs: list[bytearray] = []
+        for m in msgs:
+            bad = self._prepare(m)
+            if bad is not None:
+                return PutResult(bad)
+            rec = self._encode(m)
+            if isinstance(rec, PutMessageStatus):
+                return PutResult(rec)
+            recs.append(rec)
+        first = msgs[0]
+        topic, queue_id = first.topic, first.queue_id
+        if any(m.topic != topic or m.queue_id != queue_id for m in msgs):
+            return PutResult(PutMessageStatus.MESSAGE_ILLEGAL)
+        blob = recs[0] if len(recs) == 1 else bytearray().join(recs)
+        n = len(blob)
+        key = (topic, queue_id)
+        listeners = self._listeners
+        dispatched: list[DispatchRequest] = []
+        with self._put_lock:
+            if self._shutdown:
+                return PutResult(PutMessageStatus.SERVICE_NOT_AVAILABLE)
+            store_ts = _now_ms()
+            try:
+                f = self._writable_file(n)
+            except (OSError, ValueError):
+                return PutResult(PutMessageStatus.CREATE_MAPEDFILE_FAILED)
+            phys0 = f.file_from_offset + f.wrote_position
+            qoff0 = self.topic_queue_table.get(key, 0)
+            qoff = qoff0
+            pos = 0
+            for m, rec in zip(msgs, recs, strict=True):
+                counted = (m.sys_flag & _TX_MASK) not in (_TX_PREPARED, _TX_ROLLBACK)
+                patch_record(blob, pos, qoff if counted else 0, phys0 + pos, store_ts)
+                m.queue_offset = qoff if counted else 0
+                m.commit_log_offset = phys0 + pos
+                m.store_timestamp = store_ts
+                pos += len(rec)
+                qoff += counted
+            at = f.wrote_position
+            view = f.buf
+            view[at + 4 : at + n] = memoryview(blob)[4:]
+            view[at : at + 4] = blob[:4]  # TOTALSIZE last: the batch becomes visible whole
+            f.wrote_position = at + n
+            self.topic_queue_table[key] = qoff
+            self._last_store_ts = store_ts
+            pos = 0
+            for m, rec in zip(msgs, recs, strict=True):
+                props = m.properties
+                size = len(rec)
+                tcode = self._tags_code(topic, props, store_ts)
+                keys = props.get(PROPERTY_KEYS)
+                uniq = props.get(PROPERTY_UNIQ_KEY)
+                self._dispatch(
+                    topic,
+                    queue_id,
+                    phys0 + pos,
+                    size,
+                    tcode,
+                    store_ts,
+                    m.queue_offset,
+                    keys,
+                    uniq,
+                    m.sys_flag,
+                )
+                if listeners:
+                    dispatched.append(
+                        DispatchRequest(
+                            topic,
+                            queue_id,
+                            phys0 + pos,
+                            size,
+                            tcode,
+                            store_ts,
+                            m.queue_offset,
+                            keys,
+                            uniq,
+                            m.sys_flag,
+                            m.prepared_transaction_offset,
+                        )
+                    )
+                pos += size
+        durable = None
+        if self._flush_service is not None and self._flush_service.sync:
+            durable = self._flush_service.submit(phys0 + n)
+        for d in dispatched:
+            for listener in listeners:
+                listener(d)
+        if len(msgs) == 1:
+            msg_id = encode_offset_msg_id(self._store_host, self.config.store_port, phys0)
+        else:
+            msg_id = ",".join(
+                encode_offset_msg_id(self._store_host, self.config.store_port, m.commit_log_offset)
+                for m in msgs
+            )
+        return PutResult(
+            PutMessageStatus.PUT_OK, msg_id, queue_id, qoff0, phys0, n, len(msgs), store_ts, topic, durable
+        )
+
+    # ------------------------------------------------------------------ read path
+    def _is_in_disk(self, phys: int, max_phy: int) -> bool:
+        return max_phy - phys > self._physical_memory * self.config.access_message_in_memory_max_ratio // 100
+
+    def _batch_full(self, size: int, max_msgs: int, total: int, count: int, in_disk: bool) -> bool:
+        if total == 0 or count == 0:
+            return False
+        if count >= max_msgs:
+            return True
+        cfg = self.config
+        if in_disk:
+            return (
+                total + size > cfg.max_transfer_bytes_on_message_in_disk
+                or count > cfg.max_transfer_count_on_message_in_disk - 1
+            )
+        return (
+            total + size > cfg.max_transfer_bytes_on_message_in_memory
+            or count > cfg.max_transfer_count_on_message_in_memory - 1
+        )
+
+    def get_messages(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_msgs: int,
+        *,
+        max_bytes: int | None = None,
+        tags_filter: TagsFilter = None,
+    ) -> GetResult:
+        S = GetMessageStatus
+        cq = self.consume_queues.get((topic, queue_id))
+        if cq is None:
+            return GetResult(S.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0)
+        min_off = cq.get_min_offset_in_queue()
+        max_off = cq.get_max_offset_in_queue()
+        if max_off == 0:
+            return GetResult(S.NO_MESSAGE_IN_QUEUE, 0, min_off, max_off)
+        if offset < min_off:
+            return GetResult(S.OFFSET_TOO_SMALL, min_off, min_off, max_off)
+        if offset == max_off:
+            return GetResult(S.OFFSET_OVERFLOW_ONE, offset, min_off, max_off)
+        if offset > max_off:
+            return GetResult(S.OFFSET_OVERFLOW_BADLY, min_off if min_off == 0 else max_off, min_off, max_off)
+        units = cq.get_index_buffer(offset)
+        if units is None:
+            return GetResult(S.OFFSET_FOUND_NULL, cq.roll_next_file(offset), min_off, max_off)
+        if tags_filter is None:
+            match = None
+        elif callable(tags_filter):
+            match = tags_filter
+        else:
+            match = tags_filter.__contains__
+        result = GetResult(S.NO_MATCHED_MESSAGE, offset, min_off, max_off)
+        buffers = result.buffers
+        qoffs = result.queue_offsets
+        total = 0
+        max_phy = self.commitlog.get_max_offset()
+        next_file_start = -1
+        limit = min(len(units), max(16000, max_msgs * CQ_UNIT_SIZE))
+        limit -= limit % CQ_UNIT_SIZE
+        i = 0
+        max_pulling = 0
+        status = S.NO_MATCHED_MESSAGE
+        commitlog = self.commitlog
+        for phys, size, tcode in CQ_UNIT.iter_unpack(units[:limit]):
+            if size == 0x7FFFFFFF:
+                i += CQ_UNIT_SIZE
+                continue
+            max_pulling = phys
+            if next_file_start >= 0 and phys < next_file_start:
+                i += CQ_UNIT_SIZE
+                continue
+            if self._batch_full(size, max_msgs, total, len(buffers), self._is_in_disk(phys, max_phy)):
+                break
+            if max_bytes is not None and buffers and total + size > max_bytes:
+                break
+            i += CQ_UNIT_SIZE
+            if match is not None and not match(tcode):
+                continue
+            rec = commitlog.get_data(phys, size)
+            if rec is None:
+                if total == 0:
+                    status = S.MESSAGE_WAS_REMOVING
+                next_file_start = commitlog.roll_next_file(phys)
+                continue
+            buffers.append(rec)
+            qoffs.append(offset + (i // CQ_UNIT_SIZE) - 1)
+            total += size
+            status = S.FOUND
+            next_file_start = -1
+        result.status = status
+        result.next_begin_offset = offset + i // CQ_UNIT_SIZE
+        result.buffer_total_size = total
+        result.suggest_pulling_from_slave = self._is_in_disk(max_pulling, max_phy) if max_pulling else False
+        return result
+
+    def get_min_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        cq = self.consume_queues.get((topic, queue_id))
+        return cq.get_min_offset_in_queue() if cq else 0
+
+    def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        cq = self.consume_queues.get((topic, queue_id))
+        return cq.get_max_offset_in_queue() if cq else 0
+
+    def get_commit_log_offset_in_queue(self, topic: str, queue_id: int, offset: int) -> int:
+        cq = self.consume_queues.get((topic, queue_id))
+        unit = cq.get_unit(offset) if cq else None
+        return unit[0] if unit else 0
+
+    def get_offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp: int) -> int:
+        cq = self.consume_queues.get((topic, queue_id))
+        if cq is None:
+            return 0
+        return cq.get_offset_in_queue_by_time(timestamp, self.commitlog.pickup_store_timestamp)
+
+    def get_message_store_timestamp(self, topic: str, queue_id: int, offset: int) -> int:
+        cq = self.consume_queues.get((topic, queue_id))
+        unit = cq.get_unit(offset) if cq else None
+        return self.commitlog.pickup_store_timestamp(unit[0], unit[1]) if unit else -1
+
+    def get_earliest_message_time(self, topic: str, queue_id: int) -> int:
+        cq = self.consume_queues.get((topic, queue_id))
+        if cq is None:
+            return -1
+        return self.get_message_store_timestamp(topic, queue_id, cq.get_min_offset_in_queue())
+
+    def get_min_phy_offset(self) -> int:
+        return self.commitlog.get_min_offset()
+
+    def get_max_phy_offset(self) -> int:
+        return self.commitlog.get_max_offset()
+
+    def select_one_message_by_offset(self, commit_log_offset: int) -> memoryview | None:
+        if commit_log_offset < self.commitlog.get_min_offset():
+            return None
+        return self.commitlog.record_at(commit_log_offset)
+
+    def look_message_by_offset(self, commit_log_offset: int) -> MessageExt | None:
+        rec = self.select_one_message_by_offset(commit_log_offset)
+        if rec is None:
+            return None
+        try:
+            return decode_message(rec, 0)
+        except MessageFormatError:
+            return None
+
+    def query_message(
+        self, topic: str, key: str, max_num: int, begin_timestamp: int = 0, end_timestamp: int = 1 << 62
+    ) -> QueryResult:
+        phys, last_ts, last_phy = self.index.query_offset(topic, key, max_num, begin_timestamp, end_timestamp)
+        result = QueryResult(index_last_update_timestamp=last_ts, index_last_update_phyoffset=last_phy)
+        for p in phys:
+            rec = self.select_one_message_by_offset(p)
+            if rec is None:
+                continue
+            try:
+                m = decode_message(rec, 0, with_body=False)
+            except MessageFormatError:
+                continue
+            # the index is a hash table: drop collisions
+            if m.topic == topic and (
+                m.properties.get(PROPERTY_UNIQ_KEY) == key
+                or key in (m.properties.get(PROPERTY_KEYS) or "").split(" ")
+            ):
+                result.buffers.append(rec)
+        return result
+
+    def topics(self) -> set[str]:
+        return {t for t, _ in self.consume_queues}
+
+    def queue_ids(self, topic: str) -> list[int]:
+        return sorted(q for t, q in self.consume_queues if t == topic)
+
+    # ------------------------------------------------------------------ misc
+    def register_arrival_listener(self, listener: ArrivalListener) -> None:
+        self._listeners = [*self._listeners, listener]
+
+    def delete_topics(self, topics: Collection[str]) -> int:
+        n = 0
+        with self._put_lock:
+            for key in [k for k in self.consume_queues if k[0] in topics]:
+                self.consume_queues.pop(key).destroy()
+                self.topic_queue_table.pop(key, None)
+                n += 1
+            for t in topics:
+                shutil.rmtree(self.root / "consumequeue" / t, ignore_errors=True)
+        for t in topics:
+            self.meta.remove_offsets(topic=t)
+        return n
+
+    def flush_logics(self) -> None:
+        """Flush ConsumeQueues and index files, then advance and flush the checkpoint."""
+        ts = self._last_store_ts
+        for cq in list(self.consume_queues.values()):
+            cq.flush()
+        index_ts = self.index.flush()
+        if ts:
+            self.checkpoint.logics_msg_timestamp = ts
+            if index_ts:
+                self.checkpoint.index_msg_timestamp = ts
+        self.checkpoint.flush()
+
+    def clean_expired_files(self, *, force: bool = False, now_ms: int | None = None) -> int:
+        """``CleanCommitLogService`` + ``CleanConsumeQueueService``: delete CommitLog segments older than
+        ``file_reserved_time`` when it is time (``delete_when`` hour, disk over ratio, or ``force``), then
+        the ConsumeQueue/index files that only point below the new min offset."""
+        cfg = self.config
+        now = _now_ms() if now_ms is None else now_ms
+        hour = time.localtime(now / 1000).tm_hour
+        timeup = any(h.strip().isdigit() and int(h) == hour for h in cfg.delete_when.split(";"))
+        usage = shutil.disk_usage(self.root)
+        ratio = usage.used * 100 / usage.total if usage.total else 0
+        spacefull = ratio > cfg.disk_max_used_space_ratio
+        deleted = 0
+        if timeup or spacefull or force:
+            q = self.commitlog.queue
+            expired = 0 if ratio > _CLEAN_FORCIBLY_RATIO else cfg.file_reserved_time * 3_600_000
+            n = min(q.expired_by_time(expired, now), 10)
+            if n:
+                with self._put_lock:
+                    q.delete_first(n)
+                deleted = n
+        min_phy = self.commitlog.get_min_offset()
+        for cq in list(self.consume_queues.values()):
+            cq.delete_expired_files(min_phy)
+        self.index.delete_expired(min_phy)
+        return deleted
+
+    def runtime_info(self) -> dict[str, str]:
+        cl = self.commitlog
+        return {
+            "commitLogMinOffset": str(cl.get_min_offset()),
+            "commitLogMaxOffset": str(cl.get_max_offset()),
+            "commitLogDiskRatio": f"{_disk_ratio(self.root):.4f}",
+            "dispatchBehindBytes": "0",
+            "putMessageEntireTimeMax": "0",
+            "msgPutTotalTodayNow": "0",
+            "earliestMessageTimeStamp": str(self._earliest_commitlog_time()),
+            "flushDiskType": self.config.flush_disk_type,
+        }
+
+    def _earliest_commitlog_time(self) -> int:
+        f = self.commitlog.queue.first()
+        if f is None:
+            return -1
+        try:
+            return decode_message(f.buf, 0, with_body=False).store_timestamp
+        except (MessageFormatError, ValueError):
+            return -1
+
+
+def _disk_ratio(path: Path) -> float:
+    u = shutil.disk_usage(path)
+    return u.used / u.total if u.total else 0.0
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
