@@ -681,3 +681,15 @@ def test_bounded_mutation_fuzz_of_valid_records() -> None:
             except MessageFormatError:
                 outcomes["error"] += 1
     assert outcomes["ok"] and outcomes["error"]
+
+
+@pytest.mark.parametrize("kind", [bytes, bytearray, memoryview, lambda b: memoryview(bytearray(b))])
+def test_decode_accepts_any_buffer(kind) -> None:
+    record = _record(topic="é-topic", properties={"k": "値"})
+    buf = kind(record)
+    copied = m.decode_message(buf)
+    view = m.decode_message(buf, copy_body=False)
+    assert type(copied.body) is bytes and isinstance(view.body, memoryview)
+    assert copied == view == m.decode_message(record)
+    assert bytes(m.encode_message(view)) == record
+    assert copied.born_host == b"\x7f\x00\x00\x01" and type(copied.born_host) is bytes
