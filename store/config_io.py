@@ -1,0 +1,104 @@
+"""Import/export RocketMQ's config JSON (topics, consumerOffset, subscriptionGroup, delayOffset).
+
+Files are fastjson's: unquoted integer keys in offset tables, tab-indented PrettyFormat, written via
+``.tmp`` with the previous content kept as ``.bak`` (``MixAll.string2File``).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from rmqgate.store.meta import CONSUMER_OFFSETS, DELAY_OFFSETS, SUBSCRIPTION_GROUPS, TOPICS, LmdbMetaStore
+from rmqgate.wire import fastjson
+
+TOPICS_JSON = "topics.json"
+CONSUMER_OFFSET_JSON = "consumerOffset.json"
+SUBSCRIPTION_GROUP_JSON = "subscriptionGroup.json"
+DELAY_OFFSET_JSON = "delayOffset.json"
+
+
+def _read(path: Path) -> Any | None:
+    """``ConfigManager.load``: the file, else its ``.bak``; None when neither exists or both are empty."""
+    for p in (path, path.with_name(path.name + ".bak")):
+        if p.is_file():
+            text = p.read_text("utf-8")
+            if text.strip():
+                return fastjson.loads(text)
+    return None
+
+
+def string2file(text: str, path: Path) -> None:
+    """``MixAll.string2File``: write ``.tmp``, keep the old content as ``.bak``, then replace."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    if path.is_file():
+        bak = path.with_name(path.name + ".bak")
+        bak.write_bytes(path.read_bytes())
+    os.replace(tmp, path)
+
+
+def _dump(obj: Any) -> str:
+    return fastjson.dumps(obj, quoted_keys=False, pretty=True).decode("utf-8")
+
+
+def import_config(meta: LmdbMetaStore, config_dir: Path) -> dict[str, int]:
+    """Load whatever of the four files exists into the metadata store (replacing each table)."""
+    d = Path(config_dir)
+    counts: dict[str, int] = {}
+    data = _read(d / TOPICS_JSON)
+    if data is not None:
+        table = data.get("topicConfigTable") or {}
+        meta.put_many(TOPICS, dict(table), replace=True)
+        if "dataVersion" in data:
+            meta.set_data_version(TOPICS, data["dataVersion"])
+        counts[TOPICS_JSON] = len(table)
+    data = _read(d / SUBSCRIPTION_GROUP_JSON)
+    if data is not None:
+        table = data.get("subscriptionGroupTable") or {}
+        meta.put_many(SUBSCRIPTION_GROUPS, dict(table), replace=True)
+        if "dataVersion" in data:
+            meta.set_data_version(SUBSCRIPTION_GROUPS, data["dataVersion"])
+        counts[SUBSCRIPTION_GROUP_JSON] = len(table)
+    data = _read(d / CONSUMER_OFFSET_JSON)
+    if data is not None:
+        table = data.get("offsetTable") or {}
+        rows = {k: {str(int(q)): int(o) for q, o in v.items()} for k, v in table.items()}
+        meta.put_many(CONSUMER_OFFSETS, rows, replace=True)
+        counts[CONSUMER_OFFSET_JSON] = len(rows)
+    data = _read(d / DELAY_OFFSET_JSON)
+    if data is not None:
+        table = data.get("offsetTable") or {}
+        meta.put_many(DELAY_OFFSETS, {str(int(k)): int(v) for k, v in table.items()}, replace=True)
+        counts[DELAY_OFFSET_JSON] = len(table)
+    return counts
+
+
+def export_config(meta: LmdbMetaStore, config_dir: Path) -> dict[str, int]:
+    """Write the four files from the metadata store, as a Java broker would persist them."""
+    d = Path(config_dir)
+    meta.persist_offsets()
+    topics = dict(meta.items(TOPICS))
+    string2file(
+        _dump({"dataVersion": meta.data_version(TOPICS), "topicConfigTable": topics}), d / TOPICS_JSON
+    )
+    groups = dict(meta.items(SUBSCRIPTION_GROUPS))
+    string2file(
+        _dump({"dataVersion": meta.data_version(SUBSCRIPTION_GROUPS), "subscriptionGroupTable": groups}),
+        d / SUBSCRIPTION_GROUP_JSON,
+    )
+    offsets = {k: {int(q): int(o) for q, o in v.items()} for k, v in meta.items(CONSUMER_OFFSETS)}
+    string2file(_dump({"offsetTable": offsets}), d / CONSUMER_OFFSET_JSON)
+    delays = {int(k): int(v) for k, v in meta.items(DELAY_OFFSETS)}
+    string2file(_dump({"offsetTable": delays}), d / DELAY_OFFSET_JSON)
+    return {
+        TOPICS_JSON: len(topics),
+        SUBSCRIPTION_GROUP_JSON: len(groups),
+        CONSUMER_OFFSET_JSON: len(offsets),
+        DELAY_OFFSET_JSON: len(delays),
+    }
