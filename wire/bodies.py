@@ -271,9 +271,32 @@ class JsonBody:
     def from_json(cls: type[T], data: bytes | bytearray | memoryview | str) -> T:
         return cls.from_obj(loads(data))  # type: ignore[attr-defined, no-any-return]
 
-    def to_json(self, *, quoted_keys: bool = False, pretty: bool = False) -> bytes:
-        """fastjson's output: legacy style (bare integer keys) or BrowserCompatible (``quoted_keys``)."""
-        return dumps(self.to_obj(quoted_keys), quoted_keys=quoted_keys, pretty=pretty)
+    def to_json(self, *, quoted_keys: bool = False, pretty: bool = False, sort_keys: bool = True) -> bytes:
+        """fastjson's output: legacy style (bare integer keys) or BrowserCompatible (``quoted_keys``).
+
+        ``sort_keys=False`` keeps map entries in insertion order (bean fields are always sorted, as
+        fastjson does), e.g. to rewrite a config file exactly as it was read.
+        """
+        obj = self.to_obj(quoted_keys)
+        if not sort_keys:
+            obj = _sort_beans(self, obj)
+        return dumps(obj, quoted_keys=quoted_keys, pretty=pretty, sort_keys=sort_keys)
+
+
+def _sort_beans(body: Any, obj: Any) -> Any:
+    """Sort the fields of every bean inside ``obj`` (the encoded ``body``), leaving map order alone."""
+    if isinstance(body, JsonBody):
+        return {
+            f.json: _sort_beans(getattr(body, f.attr), obj[f.json])
+            for f in sorted(body.__json_fields__, key=lambda f: f.json)
+            if f.json in obj
+        }
+    if isinstance(body, dict) and isinstance(obj, dict):
+        values = [v for v in body.values() if v is not None]  # the encoder skipped the None ones
+        return {k: _sort_beans(b, o) for (k, o), b in zip(obj.items(), values, strict=True)}
+    if isinstance(body, list) and isinstance(obj, list):
+        return [_sort_beans(b, o) for b, o in zip(body, obj, strict=True)]
+    return obj
 
 
 B = TypeVar("B", bound=type)
@@ -654,6 +677,6 @@ __all__ = [
     "TopicRouteData",
     "TopicStatsTable",
     "UnlockBatchRequestBody",
-    "json_body",
     "jfield",
+    "json_body",
 ]
