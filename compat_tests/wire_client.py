@@ -507,6 +507,30 @@ def route_broker_addrs(route_body: bytes) -> dict[str, str]:
     }
 
 
+def stored_messages(broker_addr: str, topic: str, queues: int = 4) -> dict[int, list[Any]]:
+    """Every message stored in ``topic``, {queue_id: [MessageExt, ...]}, read with raw pulls."""
+    out = {}
+    with WireClient(broker_addr) as c:
+        for q in range(queues):
+            msgs: list[Any] = []
+            offset = 0
+            while True:
+                resp = c.pull("compat_reader", topic, q, offset, sys_flag=PULL_SUBSCRIPTION, subscription="*")
+                if resp.code != 0:
+                    break
+                msgs += decode_messages(resp.body)
+                offset = int(resp.ext_fields["nextBeginOffset"])
+            out[q] = msgs
+    return out
+
+
+def stored_bodies(broker_addr: str, topic: str, queues: int = 4) -> list[str]:
+    """Sorted bodies (as text) of everything stored in ``topic``."""
+    return sorted(
+        bytes(m.body).decode() for msgs in stored_messages(broker_addr, topic, queues).values() for m in msgs
+    )
+
+
 def wait_until(predicate: Any, timeout: float = 10.0, interval: float = 0.1) -> Any:
     """Poll ``predicate`` until it returns a truthy value; return it, or the last value at timeout."""
     deadline = time.monotonic() + timeout

@@ -1,0 +1,168 @@
+"""Drive a C++-core Python client (``rocketmq`` import name) through one scenario; print JSON.
+
+Run in a subprocess by the compat tests so a native crash cannot take pytest down:
+
+    python cpp_driver.py '{"scenario": "produce", "namesrv": "127.0.0.1:9876", ...}'
+
+Which package is imported depends on PYTHONPATH: rocketmq-python-cvs 2.1.0.3 from the venv, or
+rocketmq 0.4.4 from its own target dir (same import name, older C++ core). The last stdout line is
+``RESULT <json>``; the process ends with ``os._exit`` (the 2.1.0 core may crash in its shutdown).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import sys
+import threading
+import time
+import traceback
+from typing import Any
+
+
+def _result(data: dict[str, Any]) -> None:
+    sys.stdout.write("RESULT " + json.dumps(data) + "\n")
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+def _text(value: Any) -> str | None:
+    if value is None:
+        return None
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+def _message(rocketmq: Any, topic: str, i: int, spec: dict[str, Any]) -> Any:
+    msg = rocketmq.Message(topic)
+    tags = spec.get("tags")
+    if tags:
+        msg.set_tags(tags[i % len(tags)])
+    msg.set_keys(f"{spec.get('key_prefix', 'key')}-{i}")
+    msg.set_body(f"{spec.get('body_prefix', 'body')}-{i}")
+    for k, v in (spec.get("properties") or {}).items():
+        msg.set_property(k, v)
+    return msg
+
+
+def produce(rocketmq: Any, args: dict[str, Any]) -> dict[str, Any]:
+    producer = rocketmq.Producer(args["group"], timeout=args.get("timeout_ms", 5000))
+    producer.set_namesrv_addr(args["namesrv"])
+    producer.start()
+    topic, count, mode = args["topic"], args.get("count", 3), args.get("mode", "sync")
+    results: list[dict[str, Any]] = []
+    errors: list[str] = []
+    if mode == "sync":
+        for i in range(count):
+            r = producer.send_sync(_message(rocketmq, topic, i, args))
+            results.append({"status": int(r.status), "msg_id": r.msg_id, "offset": r.offset})
+    elif mode == "async":
+        done = threading.Event()
+        lock = threading.Lock()
+
+        def ok(r: Any) -> None:
+            with lock:
+                results.append({"status": int(r.status), "msg_id": r.msg_id, "offset": r.offset})
+                if len(results) + len(errors) == count:
+                    done.set()
+
+        def fail(exc: Exception) -> None:
+            with lock:
+                errors.append(repr(exc))
+                if len(results) + len(errors) == count:
+                    done.set()
+
+        msgs = [_message(rocketmq, topic, i, args) for i in range(count)]
+        for msg in msgs:
+            producer.send_async(msg, ok, fail)
+        done.wait(args.get("wait_s", 20))
+    elif mode == "oneway":
+        for i in range(count):
+            producer.send_oneway(_message(rocketmq, topic, i, args))
+        time.sleep(0.5)  # let the socket drain before os._exit
+    elif mode == "orderly":
+        for i in range(count):
+            arg = args["order_keys"][i % len(args["order_keys"])]
+            r = producer.send_orderly(_message(rocketmq, topic, i, args), arg)
+            results.append({"status": int(r.status), "msg_id": r.msg_id, "offset": r.offset, "arg": arg})
+    elif mode == "batch":
+        r = producer.send_batch([_message(rocketmq, topic, i, args) for i in range(count)])
+        results.append({"status": int(r.status), "msg_id": r.msg_id, "offset": r.offset})
+    else:
+        raise ValueError(f"unknown produce mode {mode}")
+    return {"results": results, "errors": errors}
+
+
+def _received(msg: Any) -> dict[str, Any]:
+    return {
+        "topic": _text(msg.topic),
+        "tags": _text(msg.tags),
+        "keys": _text(msg.keys),
+        "body": _text(msg.body),
+        "id": _text(msg.id),
+        "queue_id": msg.queue_id,
+        "queue_offset": msg.queue_offset,
+        "reconsume_times": msg.reconsume_times,
+        "store_timestamp": msg.store_timestamp,
+    }
+
+
+def push_consume(rocketmq: Any, args: dict[str, Any]) -> dict[str, Any]:
+    consumer = rocketmq.PushConsumer(args["group"], orderly=args.get("orderly", False))
+    consumer.set_namesrv_addr(args["namesrv"])
+    from rocketmq.ffi import dll
+
+    if hasattr(dll, "SetPushConsumerMessageTrace"):  # 2.1.0: avoid the trace teardown crash
+        fn = dll.SetPushConsumerMessageTrace
+        fn.argtypes = [ctypes.c_void_p, ctypes.c_int]
+        fn(consumer._handle, 0)
+    received: list[dict[str, Any]] = []
+    lock = threading.Lock()
+    enough = threading.Event()
+    expect = args.get("expect", 1)
+
+    def on_message(msg: Any) -> None:
+        with lock:
+            received.append(_received(msg))
+            if len(received) >= expect:
+                enough.set()
+
+    consumer.subscribe(args["topic"], on_message, args.get("expression", "*"))
+    consumer.start()
+    enough.wait(args.get("wait_s", 30))
+    time.sleep(args.get("linger_s", 1.0))  # catch duplicates / unexpected extra messages
+    with lock:
+        return {"received": list(received)}
+
+
+def pull_consume(rocketmq: Any, args: dict[str, Any]) -> dict[str, Any]:
+    consumer = rocketmq.PullConsumer(args["group"])
+    consumer.set_namesrv_addr(args["namesrv"])
+    consumer.start()
+    received = []
+    deadline = time.monotonic() + args.get("wait_s", 20)
+    expect = args.get("expect", 1)
+    while len(received) < expect and time.monotonic() < deadline:
+        for msg in consumer.pull(args["topic"], args.get("expression", "*"), args.get("max_num", 32)):
+            received.append(_received(msg))
+    return {"received": received}
+
+
+SCENARIOS = {"produce": produce, "push_consume": push_consume, "pull_consume": pull_consume}
+
+
+def main() -> None:
+    args = json.loads(sys.argv[1])
+    try:
+        import rocketmq.client
+
+        data = SCENARIOS[args["scenario"]](rocketmq.client, args)
+        data["package_file"] = rocketmq.client.__file__
+        _result(data)
+    except Exception as exc:
+        _result({"exception": repr(exc), "traceback": traceback.format_exc()})
+
+
+if __name__ == "__main__":
+    main()
