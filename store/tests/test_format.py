@@ -102,14 +102,18 @@ def parse_cq(path: Path) -> list[tuple[int, int, int]]:
     return units
 
 
+def index_header(path: Path) -> tuple[int, ...]:
+    return struct.unpack_from(">qqqqii", path.read_bytes(), 0)
+
+
 def index_lookup(path: Path, slots: int, key: str) -> list[int]:
     data = path.read_bytes()
-    begin_ts, end_ts, begin_phy, end_phy, slot_count, index_count = struct.unpack_from(">qqqqii", data, 0)
+    index_count = index_header(path)[5]
     h = abs(java_hash(key))
     (idx,) = struct.unpack_from(">i", data, 40 + (h % slots) * 4)
     found = []
     while 0 < idx < index_count:
-        kh, phy, diff, prev = struct.unpack_from(">iqii", data, 40 + slots * 4 + idx * 20)
+        kh, phy, _diff, prev = struct.unpack_from(">iqii", data, 40 + slots * 4 + idx * 20)
         if kh == h:
             found.append(phy)
         idx = prev
@@ -165,6 +169,10 @@ def test_independent_parser_reads_rmqgate_files(tmp_path: Path) -> None:
 
     (index_file,) = sorted((tmp_path / "index").iterdir())
     assert len(index_file.name) == 17 and index_file.name.isdigit()
+    begin_ts, end_ts, begin_phy, end_phy, slot_count, index_count = index_header(index_file)
+    assert (begin_phy, end_phy) == (records[0]["phys"], records[-1]["phys"])
+    assert (begin_ts, end_ts) == (records[0]["store_ts"], records[-1]["store_ts"])
+    assert slot_count == 3 * 400 and index_count == 3 * 400 + 1  # index numbers start at 1
     assert index_lookup(index_file, 64, "FmtTopic#order-123") == [records[123]["phys"]]
     assert index_lookup(index_file, 64, "FmtTopic#UNIQ000007") == [records[7]["phys"]]
     assert sorted(index_lookup(index_file, 64, "FmtTopic#shared")) == sorted(r["phys"] for r in records)
