@@ -706,6 +706,11 @@ class TcpReassembler:
                 if off < half.next_off:
                     self.stats.retransmitted_bytes += half.next_off - off
                     payload = payload[half.next_off - off :]
+                if half.pending and half.next_off + len(payload) > half.pending[0][0]:
+                    # overlaps buffered data, which arrived first and wins
+                    cut = half.pending[0][0] - half.next_off
+                    self._buffer(half, half.pending[0][0], payload[cut:])
+                    payload = payload[:cut]
                 self._deliver(half, ts, payload)
                 if half.pending:
                     self._drain(half, ts)
