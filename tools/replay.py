@@ -1,0 +1,870 @@
+"""Replay recorded RocketMQ traffic (pcap or rmqcap) against a name server and its brokers.
+
+Three pure steps, reusable on a subset of connections (a Spark task replays a partition):
+``plan = load_plan(path)``; ``outcomes = await replay_connections(plan.connections, target, ...)``;
+``report = summarize(outcomes)``.
+
+Ordering: each connection's requests go out in recorded order at their recorded times scaled by
+``speed`` (``None`` = as fast as the target answers). A request also waits for every request whose
+recorded response (on any replayed connection) came before it was sent, so causality survives
+``--speed max`` while requests the original client pipelined stay pipelined. Long-poll pulls (held
+by the broker for longer than ``long_poll_threshold``) are not waited for, and their suspend time is
+scaled by the speed, so a parked pull never stalls the replay.
+
+Requests are sent as recorded bytes with only the fields that must change patched in place: the
+opaque, mapped topics and broker names, the suspend time of long polls, and the CommitLog/queue
+offsets END_TRANSACTION, VIEW_MESSAGE_BY_ID and CONSUMER_SEND_MSG_BACK carry (translated through the
+replayed send results). Server-initiated requests are answered with the recorded client answer;
+CHECK_TRANSACTION_STATE gets the END_TRANSACTION the client sent for that message after its check.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import heapq
+import itertools
+import json
+import math
+import re
+import time
+from collections import Counter, defaultdict, deque
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rmqgate.tools.capture import Direction, Kind, Role
+from rmqgate.tools.proxy import broker_addresses, split_addr
+from rmqgate.tools.traffic import iter_records
+from rmqgate.wire.codes import RequestCode, ResponseCode, request_name, response_name
+from rmqgate.wire.command import ONEWAY_FLAG, RESPONSE_FLAG, RemotingCommand
+from rmqgate.wire.errors import CodecError
+from rmqgate.wire.frame import FrameDecoder, decode_frame, encode_frame
+from rmqgate.wire.layout import FRAME_PREFIX, HEADER_LENGTH_MASK, RocketMQHeader
+from rmqgate.wire.serialization import decode_rocketmq_header, encode_rocketmq_header
+
+SEND_CODES = frozenset({10, 310, 320, 324, 325})
+PULL_CODES = frozenset({int(RequestCode.PULL_MESSAGE), int(RequestCode.LITE_PULL_MESSAGE)})
+#: Connections sending these are a broker talking to its name server: never replayed.
+BROKER_ONLY_CODES = frozenset(
+    {
+        int(RequestCode.REGISTER_BROKER),
+        int(RequestCode.UNREGISTER_BROKER),
+        int(RequestCode.QUERY_DATA_VERSION),
+    }
+)
+_BODY_TOPIC_CODES = frozenset(
+    {
+        int(RequestCode.HEART_BEAT),
+        int(RequestCode.LOCK_BATCH_MQ),
+        int(RequestCode.UNLOCK_BATCH_MQ),
+        int(RequestCode.CHECK_CLIENT_CONFIG),
+        int(RequestCode.QUERY_ASSIGNMENT),
+    }
+)
+
+
+def _opaque_offset() -> int:
+    pos = FRAME_PREFIX.size
+    for sub in RocketMQHeader.subcons:
+        if sub.name == "opaque":
+            return pos
+        pos += sub.sizeof()
+    raise AssertionError("RocketMQHeader has no opaque")
+
+
+_OPAQUE_POS = _opaque_offset()
+_JSON_OPAQUE = re.compile(rb'"opaque"\s*:\s*(-?\d+)')
+_JSON_VALUE = rb'\s*:\s*("(?:[^"\\]|\\.)*"|-?\d+(?:\.\d+)?|true|false|null)'
+
+
+# -- raw frame patching -------------------------------------------------------------------------
+
+
+def frame_parts(raw: bytes) -> tuple[int, bytes, bytes]:
+    """(serialization type, header bytes, body bytes) of a raw frame."""
+    _, word = FRAME_PREFIX.unpack_from(raw, 0)
+    end = FRAME_PREFIX.size + (word & HEADER_LENGTH_MASK)
+    return word >> 24, raw[FRAME_PREFIX.size : end], raw[end:]
+
+
+def build_frame(serialize_type: int, header: bytes, body: bytes) -> bytes:
+    return (
+        FRAME_PREFIX.pack(4 + len(header) + len(body), (serialize_type << 24) | len(header)) + header + body
+    )
+
+
+def patch_opaque(raw: bytes, opaque: int) -> bytes:
+    st, header, body = frame_parts(raw)
+    if st:
+        return raw[:_OPAQUE_POS] + opaque.to_bytes(4, "big", signed=True) + raw[_OPAQUE_POS + 4 :]
+    matches = list(_JSON_OPAQUE.finditer(header))
+    if not matches:
+        raise CodecError("JSON header has no opaque")
+    m = matches[-1]
+    header = header[: m.start(1)] + str(opaque).encode() + header[m.end(1) :]
+    return build_frame(st, header, body)
+
+
+def header_ext(raw: bytes) -> dict[str, str]:
+    """extFields as the sender meant them (JSON numbers/booleans as their text, strings unquoted)."""
+    st, header, _ = frame_parts(raw)
+    if st:
+        return dict(decode_rocketmq_header(header).ext_fields or {})
+    try:
+        ext = json.loads(header).get("extFields") or {}
+    except ValueError:
+        return {}
+    out = {}
+    for k, v in ext.items():
+        if v is None:
+            continue
+        out[k] = v if isinstance(v, str) else ("true" if v is True else "false" if v is False else str(v))
+    return out
+
+
+def patch_ext(raw: bytes, updates: dict[str, str]) -> bytes:
+    """Set extFields values in place (JSON: only the value token changes; its quoting is kept)."""
+    if not updates:
+        return raw
+    st, header, body = frame_parts(raw)
+    if st:
+        cmd = decode_rocketmq_header(header)
+        ext = dict(cmd.ext_fields or {})
+        ext.update(updates)
+        cmd.ext_fields = ext
+        return build_frame(st, encode_rocketmq_header(cmd), body)
+    for key, value in updates.items():
+        pattern = re.compile(b'"' + re.escape(key.encode()) + b'"' + _JSON_VALUE)
+        m = None
+        for m in pattern.finditer(header):  # noqa: B007 - the last one is outside any nested object
+            pass
+        if m is None:
+            continue
+        old = m.group(1)
+        if old.startswith(b'"') or not re.fullmatch(r"-?\d+|true|false", value):
+            token = json.dumps(value, ensure_ascii=False).encode()
+        else:
+            token = value.encode()
+        header = header[: m.start(1)] + token + header[m.end(1) :]
+    return build_frame(st, header, body)
+
+
+def map_body_topics(body: bytes, topic_map: dict[str, str]) -> bytes:
+    for old, new in topic_map.items():
+        body = re.sub(
+            rb'("topic"\s*:\s*)"' + re.escape(old.encode()) + b'"',
+            lambda m, n=new: m.group(1) + json.dumps(n).encode(),
+            body,
+        )
+    return body
+
+
+def offset_of_msg_id(msg_id: str) -> int | None:
+    """The CommitLog offset in an offsetMsgId (last 16 hex digits), or None."""
+    try:
+        return int(msg_id.split(",")[0][-16:], 16) if len(msg_id) >= 32 else None
+    except ValueError:
+        return None
+
+
+# -- the plan -------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class PlannedRequest:
+    ts: float  # recorded send time
+    raw: bytes
+    code: int
+    opaque: int
+    flag: int
+    ext: dict[str, str]
+    resp_ts: float | None = None
+    resp_code: int | None = None
+    resp_ext: dict[str, str] | None = None
+
+    @property
+    def oneway(self) -> bool:
+        return bool(self.flag & ONEWAY_FLAG)
+
+    @property
+    def recorded_latency(self) -> float | None:
+        return None if self.resp_ts is None else self.resp_ts - self.ts
+
+    @property
+    def expects_response(self) -> bool:
+        return self.resp_ts is not None or not self.oneway
+
+
+@dataclass(slots=True)
+class PlannedConnection:
+    conn_id: int
+    role: int
+    server: str
+    broker_name: str | None
+    requests: list[PlannedRequest] = field(default_factory=list)
+    #: server-initiated request code -> the client's recorded answers, in order (raw frames)
+    answers: dict[int, list[bytes]] = field(default_factory=dict)
+    #: END_TRANSACTION frames sent after a CHECK_TRANSACTION_STATE, by message id
+    check_answers: dict[str, PlannedRequest] = field(default_factory=dict)
+    skipped: str | None = None
+
+    @property
+    def first_ts(self) -> float:
+        return self.requests[0].ts if self.requests else math.inf
+
+
+@dataclass
+class Plan:
+    source: str
+    start: float
+    connections: list[PlannedConnection]
+    broker_addrs: dict[str, str]  # recorded broker address -> broker name
+
+    @property
+    def replayable(self) -> list[PlannedConnection]:
+        return [c for c in self.connections if c.skipped is None and c.requests]
+
+
+def load_plan(path: str | Path) -> Plan:
+    """Read a pcap or capture into per-connection request lists with their recorded responses."""
+    conns: dict[int, PlannedConnection] = {}
+    pending: dict[tuple[int, int], PlannedRequest] = {}  # (conn, opaque) -> c2s request
+    server_reqs: dict[tuple[int, int], int] = {}  # (conn, opaque) -> code of an s2c request
+    broker_addrs: dict[str, str] = {}
+    start = math.inf
+    for rec in iter_records(path):
+        if rec.kind == Kind.CONN_OPEN:
+            conns[rec.conn_id] = PlannedConnection(
+                rec.conn_id, rec.role, str(rec.meta.get("server", "")), rec.meta.get("broker_name")
+            )
+            continue
+        if rec.kind != Kind.FRAME:
+            continue
+        pc = conns.get(rec.conn_id)
+        if pc is None:
+            pc = conns[rec.conn_id] = PlannedConnection(rec.conn_id, rec.role, "", None)
+        try:
+            cmd = decode_frame(rec.data)
+        except CodecError:
+            continue
+        key = (rec.conn_id, cmd.opaque)
+        if rec.direction == Direction.C2S:
+            if cmd.flag & RESPONSE_FLAG:
+                code = server_reqs.pop(key, None)
+                if code is not None:
+                    pc.answers.setdefault(code, []).append(rec.data)
+                continue
+            ext = header_ext(rec.data)
+            req = PlannedRequest(rec.ts, rec.data, cmd.code, cmd.opaque, cmd.flag, ext)
+            start = min(start, rec.ts)
+            if cmd.code in BROKER_ONLY_CODES:
+                pc.skipped = "broker registration traffic"
+                if ext.get("brokerAddr") and ext.get("brokerName"):
+                    broker_addrs[ext["brokerAddr"]] = ext["brokerName"]
+            if cmd.code == RequestCode.END_TRANSACTION and ext.get("fromTransactionCheck") in ("true", "1"):
+                pc.check_answers[
+                    ext.get("msgId") or ext.get("transactionId") or str(len(pc.check_answers))
+                ] = req
+            else:
+                pc.requests.append(req)
+            pending[key] = req
+        elif cmd.flag & RESPONSE_FLAG:
+            req = pending.pop(key, None)
+            if req is None:
+                continue
+            req.resp_ts = rec.ts
+            req.resp_code = cmd.code
+            if req.code in SEND_CODES or req.code == RequestCode.END_TRANSACTION:
+                req.resp_ext = dict(cmd.ext_fields or {})
+            if (
+                req.code in (RequestCode.GET_ROUTEINFO_BY_TOPIC, RequestCode.GET_BROKER_CLUSTER_INFO)
+                and cmd.body
+            ):
+                broker_addrs.update(broker_addresses(bytes(cmd.body)))
+        else:
+            server_reqs[key] = cmd.code
+    for pc in conns.values():
+        if pc.role == Role.BROKER and pc.broker_name is None:
+            pc.broker_name = _guess_broker_name(pc.server, broker_addrs)
+        if not pc.requests and not pc.check_answers and pc.skipped is None:
+            pc.skipped = "no requests"
+    ordered = sorted(conns.values(), key=lambda c: c.first_ts)
+    return Plan(str(path), 0.0 if start == math.inf else start, ordered, broker_addrs)
+
+
+def _guess_broker_name(server: str, broker_addrs: dict[str, str]) -> str | None:
+    if server in broker_addrs:
+        return broker_addrs[server]
+    port = server.rpartition(":")[2]
+    by_port = {n for a, n in broker_addrs.items() if a.rpartition(":")[2] == port}
+    if len(by_port) == 1:
+        return by_port.pop()
+    names = set(broker_addrs.values())
+    return names.pop() if len(names) == 1 else None
+
+
+# -- the replay -----------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Outcome:
+    conn_id: int
+    code: int
+    sent: float  # monotonic seconds
+    done: float | None = None
+    response_code: int | None = None
+    recorded_code: int | None = None
+    error: str | None = None
+    long_poll: bool = False
+    kind: str = "request"  # or "check_answer"
+
+    @property
+    def latency_ms(self) -> float | None:
+        return None if self.done is None or self.response_code is None else (self.done - self.sent) * 1e3
+
+    @property
+    def mismatch(self) -> bool:
+        return (
+            self.response_code is not None
+            and self.recorded_code is not None
+            and self.response_code != self.recorded_code
+        )
+
+
+class ReplayConnection(asyncio.Protocol):
+    """A target connection: raw frames out, responses matched by opaque, server requests dispatched."""
+
+    def __init__(self, on_request: Callable[[ReplayConnection, RemotingCommand], None] | None = None) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.decoder = FrameDecoder()
+        self.pending: dict[int, asyncio.Future] = {}
+        self.on_request = on_request
+        self.closed = False
+        self._opaques = itertools.count(1)
+
+    def next_opaque(self) -> int:
+        return next(self._opaques) & 0x7FFFFFFF
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            cmds = self.decoder.feed(data)
+        except CodecError as exc:
+            cmds = getattr(exc, "decoded", [])
+            if self.transport is not None:
+                self.transport.close()
+        for cmd in cmds:
+            if cmd.flag & RESPONSE_FLAG:
+                fut = self.pending.pop(cmd.opaque, None)
+                if fut is not None and not fut.done():
+                    fut.set_result((time.monotonic(), cmd))
+            elif self.on_request is not None:
+                self.on_request(self, cmd)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        err = ConnectionError(f"connection lost: {exc}" if exc else "connection closed by the target")
+        for fut in self.pending.values():
+            if not fut.done():
+                fut.set_exception(err)
+        self.pending.clear()
+
+    def send(self, raw: bytes, opaque: int | None) -> asyncio.Future | None:
+        if self.closed or self.transport is None:
+            raise ConnectionError("connection closed")
+        fut = None
+        if opaque is not None:
+            fut = asyncio.get_running_loop().create_future()
+            self.pending[opaque] = fut
+        self.transport.write(raw)
+        return fut
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+
+
+async def open_connection(
+    addr: str,
+    on_request: Callable[[ReplayConnection, RemotingCommand], None] | None = None,
+    timeout: float = 5.0,
+) -> ReplayConnection:
+    host, port = split_addr(addr)
+    _, conn = await asyncio.wait_for(
+        asyncio.get_running_loop().create_connection(lambda: ReplayConnection(on_request), host, port),
+        timeout,
+    )
+    return conn
+
+
+async def call(conn: ReplayConnection, cmd: RemotingCommand, timeout: float = 5.0) -> RemotingCommand:
+    cmd.opaque = conn.next_opaque()
+    fut = conn.send(encode_frame(cmd), cmd.opaque)
+    assert fut is not None
+    _, resp = await asyncio.wait_for(fut, timeout)
+    return resp
+
+
+async def discover_brokers(target: str, timeout: float = 5.0) -> dict[str, str]:
+    """``{broker name: master address}`` from the target name server's cluster info."""
+    from rmqgate.wire.fastjson import loads
+
+    conn = await open_connection(target, timeout=timeout)
+    try:
+        resp = await call(conn, RemotingCommand.request(RequestCode.GET_BROKER_CLUSTER_INFO), timeout)
+    finally:
+        conn.close()
+    if resp.code != ResponseCode.SUCCESS or not resp.body:
+        raise ConnectionError(
+            f"GET_BROKER_CLUSTER_INFO on {target}: {response_name(resp.code)} {resp.remark}"
+        )
+    table = loads(bytes(resp.body)).get("brokerAddrTable") or {}
+    out = {}
+    for name, data in table.items():
+        addrs = data.get("brokerAddrs") or {}
+        addr = addrs.get("0") or (next(iter(addrs.values())) if addrs else None)
+        if addr:
+            out[str(name)] = addr
+    return out
+
+
+@dataclass
+class ReplayOptions:
+    speed: float | None = 1.0  # None: as fast as the target answers
+    connections: int | None = None  # None: as recorded; N: share N target connections per server
+    topic_map: dict[str, str] = field(default_factory=dict)
+    broker_map: dict[str, str] = field(default_factory=dict)  # recorded broker name -> target name
+    request_timeout: float = 10.0
+    long_poll_threshold: float = 1.0
+    max_suspend_ms: int = 1000  # suspend time of long polls at --speed max
+    connect_timeout: float = 5.0
+
+
+class _Scheduler:
+    """Releases requests when their scaled recorded time has come and their causes are answered."""
+
+    def __init__(self, ranks: int, speed: float | None, plan_start: float) -> None:
+        self.done = bytearray(ranks)
+        self.watermark = 0
+        self.speed = speed
+        self.plan_start = plan_start
+        self.t0 = time.monotonic()
+        self._waiters: list[tuple[int, int, asyncio.Future]] = []
+        self._seq = itertools.count()
+
+    async def wait(self, ts: float, barrier: int) -> None:
+        if self.speed:
+            delay = self.t0 + (ts - self.plan_start) / self.speed - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+        if barrier > self.watermark:
+            fut = asyncio.get_running_loop().create_future()
+            heapq.heappush(self._waiters, (barrier, next(self._seq), fut))
+            await fut
+
+    def complete(self, rank: int | None) -> None:
+        if rank is None or self.done[rank]:
+            return
+        self.done[rank] = 1
+        n = len(self.done)
+        while self.watermark < n and self.done[self.watermark]:
+            self.watermark += 1
+        while self._waiters and self._waiters[0][0] <= self.watermark:
+            fut = heapq.heappop(self._waiters)[2]
+            if not fut.done():
+                fut.set_result(None)
+
+
+class _Replay:
+    def __init__(
+        self,
+        conns: Sequence[PlannedConnection],
+        namesrv: str,
+        brokers: dict[str, str],
+        opts: ReplayOptions,
+        plan_start: float,
+        progress: Callable[[int, int], None] | None,
+    ) -> None:
+        self.conns = [c for c in conns if c.skipped is None and c.requests]
+        self.namesrv = namesrv
+        self.brokers = brokers
+        self.opts = opts
+        self.progress = progress
+        self.outcomes: list[Outcome] = []
+        self.phys_map: dict[int, int] = {}  # recorded CommitLog offset -> replayed
+        self.queue_map: dict[int, str] = {}  # recorded CommitLog offset -> replayed queue offset
+        self.total = sum(len(c.requests) for c in self.conns)
+        self.finished = 0
+        self.server_requests: Counter = Counter()
+        self.server_answered: Counter = Counter()
+        self.check_pool: dict[str, tuple[PlannedConnection, PlannedRequest]] = {}
+        self.answer_pool: dict[int, deque[bytes]] = defaultdict(deque)
+        self.used_answers: dict[int, dict[int, int]] = defaultdict(dict)  # conn -> code -> used
+        self.shared: dict[tuple[str, int], asyncio.Future] = {}
+        self.tasks: set[asyncio.Task] = set()
+        self._rank_of: dict[int, int] = {}  # id(request) -> rank
+        self._barrier_of: dict[int, int] = {}
+        for c in self.conns:
+            for msg_id, req in c.check_answers.items():
+                self.check_pool.setdefault(msg_id, (c, req))
+            for code, answers in c.answers.items():
+                self.answer_pool[code].extend(answers)
+        events = []
+        for c in self.conns:
+            for req in c.requests:
+                if self._is_long_poll(req):
+                    continue
+                if req.resp_ts is not None:
+                    events.append((req.resp_ts, id(req)))
+                elif req.oneway:
+                    events.append((req.ts, id(req)))
+        events.sort()
+        times = [t for t, _ in events]
+        for rank, (_, rid) in enumerate(events):
+            self._rank_of[rid] = rank
+        for c in self.conns:
+            for req in c.requests:
+                # everything answered strictly before this request was sent
+                self._barrier_of[id(req)] = bisect.bisect_left(times, req.ts)
+        self.sched = _Scheduler(len(events), opts.speed, plan_start)
+
+    def _is_long_poll(self, req: PlannedRequest) -> bool:
+        lat = req.recorded_latency
+        return req.code in PULL_CODES and lat is not None and lat >= self.opts.long_poll_threshold
+
+    # -- target addressing
+    def target_of(self, pc: PlannedConnection) -> str:
+        if pc.role != Role.BROKER:
+            return self.namesrv
+        name = self.opts.broker_map.get(pc.broker_name or "", pc.broker_name)
+        if name in self.brokers:
+            return self.brokers[name]
+        if len(self.brokers) >= 1:
+            return self.brokers[sorted(self.brokers)[0]]
+        raise ConnectionError(f"no target broker for {pc.broker_name!r}")
+
+    def target_name(self, pc: PlannedConnection) -> str | None:
+        name = self.opts.broker_map.get(pc.broker_name or "", pc.broker_name)
+        if name in self.brokers or not self.brokers:
+            return name
+        return sorted(self.brokers)[0]
+
+    async def connection_for(self, pc: PlannedConnection) -> ReplayConnection:
+        addr = self.target_of(pc)
+        slot = pc.conn_id if self.opts.connections is None else pc.conn_id % self.opts.connections
+        key = (addr, slot)
+        fut = self.shared.get(key)
+        if fut is None:
+            fut = self.shared[key] = asyncio.ensure_future(
+                open_connection(
+                    addr,
+                    lambda conn, cmd, pc=pc: self.on_server_request(pc, conn, cmd),
+                    self.opts.connect_timeout,
+                )
+            )
+        return await fut
+
+    # -- request transformation
+    def transform(self, pc: PlannedConnection, req: PlannedRequest) -> bytes:
+        raw = req.raw
+        updates: dict[str, str] = {}
+        ext = req.ext
+        tmap = self.opts.topic_map
+        if tmap:
+            for key in ("topic", "b") if req.code in (310, 320, 325) else ("topic",):
+                if ext.get(key) in tmap:
+                    updates[key] = tmap[ext[key]]
+        if pc.role == Role.BROKER:
+            name = self.target_name(pc)
+            if name and name != pc.broker_name:
+                for key in ("bname", "n") if req.code in (310, 320, 325) else ("bname",):
+                    if key in ext:
+                        updates[key] = name
+        if req.code in PULL_CODES and self._is_long_poll(req) and "suspendTimeoutMillis" in ext:
+            speed = self.opts.speed
+            suspend = int(ext["suspendTimeoutMillis"])
+            scaled = self.opts.max_suspend_ms if not speed else max(100, round(suspend / speed))
+            updates["suspendTimeoutMillis"] = str(min(suspend, scaled))
+        if req.code == RequestCode.END_TRANSACTION:
+            rec_off = _int(ext.get("commitLogOffset"))
+            if rec_off is not None and rec_off in self.phys_map:
+                updates["commitLogOffset"] = str(self.phys_map[rec_off])
+                if rec_off in self.queue_map:
+                    updates["tranStateTableOffset"] = self.queue_map[rec_off]
+        elif req.code in (RequestCode.VIEW_MESSAGE_BY_ID, RequestCode.CONSUMER_SEND_MSG_BACK):
+            rec_off = _int(ext.get("offset"))
+            if rec_off is not None and rec_off in self.phys_map:
+                updates["offset"] = str(self.phys_map[rec_off])
+        if updates:
+            raw = patch_ext(raw, updates)
+        if tmap and req.code in _BODY_TOPIC_CODES:
+            st, header, body = frame_parts(raw)
+            new_body = map_body_topics(body, tmap)
+            if new_body != body:
+                raw = build_frame(st, header, new_body)
+        return raw
+
+    def learn(self, req: PlannedRequest, resp: RemotingCommand) -> None:
+        """Remember how recorded CommitLog/queue offsets translate into the target's."""
+        if req.code not in SEND_CODES or resp.code != ResponseCode.SUCCESS or not req.resp_ext:
+            return
+        new_ext = resp.ext_fields or {}
+        rec_off = offset_of_msg_id(req.resp_ext.get("msgId", ""))
+        new_off = offset_of_msg_id(new_ext.get("msgId", ""))
+        if rec_off is not None and new_off is not None:
+            self.phys_map[rec_off] = new_off
+            if "queueOffset" in new_ext:
+                self.queue_map[rec_off] = new_ext["queueOffset"]
+
+    # -- server-initiated requests
+    def on_server_request(self, pc: PlannedConnection, conn: ReplayConnection, cmd: RemotingCommand) -> None:
+        self.server_requests[request_name(cmd.code)] += 1
+        if cmd.code == RequestCode.CHECK_TRANSACTION_STATE:
+            ext = cmd.ext_fields or {}
+            key = ext.get("msgId") or ext.get("transactionId") or ""
+            found = self.check_pool.pop(key, None)
+            if found is None:
+                return
+            owner, req = found
+            updates = {k: ext[k] for k in ("tranStateTableOffset", "commitLogOffset") if k in ext}
+            raw = patch_ext(req.raw, updates)
+            self.server_answered[request_name(cmd.code)] += 1
+            self._spawn(self._send_one(owner, conn, req, raw, kind="check_answer"))
+            return
+        pool = self.answer_pool.get(cmd.code)
+        if not pool:
+            return
+        answer = pool.popleft()
+        self.server_answered[request_name(cmd.code)] += 1
+        if cmd.flag & ONEWAY_FLAG:
+            return
+        try:
+            conn.send(patch_opaque(answer, cmd.opaque), None)
+        except ConnectionError:
+            pass
+
+    def _spawn(self, coro) -> None:
+        task = asyncio.ensure_future(coro)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    # -- sending
+    async def _send_one(
+        self,
+        pc: PlannedConnection,
+        conn: ReplayConnection,
+        req: PlannedRequest,
+        raw: bytes,
+        kind: str = "request",
+    ) -> None:
+        rank = self._rank_of.get(id(req))
+        long_poll = self._is_long_poll(req)
+        out = Outcome(pc.conn_id, req.code, time.monotonic(), recorded_code=req.resp_code, long_poll=long_poll,
+                      kind=kind)  # fmt: skip
+        self.outcomes.append(out)
+        try:
+            opaque = conn.next_opaque()
+            raw = patch_opaque(raw, opaque)
+            fut = conn.send(raw, opaque if req.expects_response else None)
+            if fut is None:
+                out.done = time.monotonic()
+                self.sched.complete(rank)
+                return
+            timeout = self.opts.request_timeout
+            if req.code in PULL_CODES:
+                timeout += int(req.ext.get("suspendTimeoutMillis", "0") or 0) / 1000
+            done_at, resp = await asyncio.wait_for(fut, timeout)
+            out.done = done_at
+            out.response_code = resp.code
+            self.learn(req, resp)
+        except TimeoutError:
+            conn.pending.pop(opaque, None)
+            out.done = time.monotonic()
+            if req.resp_ts is not None:
+                out.error = "timeout"
+        except (ConnectionError, OSError, CodecError) as exc:
+            out.done = time.monotonic()
+            out.error = f"{type(exc).__name__}: {exc}"
+        finally:
+            self.sched.complete(rank)
+            self.finished += 1
+            if self.progress is not None:
+                self.progress(self.finished, self.total)
+
+    async def run_connection(self, pc: PlannedConnection) -> None:
+        conn: ReplayConnection | None = None
+        inflight: list[asyncio.Task] = []
+        for i, req in enumerate(pc.requests):
+            await self.sched.wait(req.ts, self._barrier_of[id(req)])
+            try:
+                if conn is None or conn.closed:
+                    conn = await self.connection_for(pc)
+                raw = self.transform(pc, req)
+            except Exception as exc:  # the connection cannot be used: account for the rest
+                for rest in pc.requests[i:]:
+                    self.outcomes.append(
+                        Outcome(pc.conn_id, rest.code, time.monotonic(), time.monotonic(),
+                                recorded_code=rest.resp_code, error=f"{type(exc).__name__}: {exc}")
+                    )  # fmt: skip
+                    self.sched.complete(self._rank_of.get(id(rest)))
+                    self.finished += 1
+                break
+            inflight.append(asyncio.ensure_future(self._send_one(pc, conn, req, raw)))
+            inflight = [t for t in inflight if not t.done()]
+        if inflight:
+            await asyncio.gather(*inflight)
+
+    async def run(self) -> list[Outcome]:
+        try:
+            await asyncio.gather(*(self.run_connection(pc) for pc in self.conns))
+            # let check answers triggered at the very end go out and be answered
+            for _ in range(3):
+                if not self.tasks:
+                    break
+                await asyncio.gather(*list(self.tasks), return_exceptions=True)
+        finally:
+            for fut in self.shared.values():
+                if fut.done() and not fut.cancelled() and fut.exception() is None:
+                    fut.result().close()
+                else:
+                    fut.cancel()
+        return self.outcomes
+
+
+def _int(value: str | None) -> int | None:
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+async def replay_connections(
+    conns: Sequence[PlannedConnection],
+    target: str,
+    options: ReplayOptions | None = None,
+    *,
+    plan_start: float | None = None,
+    brokers: dict[str, str] | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> tuple[list[Outcome], dict]:
+    """Replay ``conns`` against name server ``target``; returns the outcomes and replay facts.
+
+    ``brokers`` ({name: address}) skips the discovery through the target's cluster info.
+    """
+    opts = options or ReplayOptions()
+    if plan_start is None:
+        plan_start = min((c.first_ts for c in conns), default=0.0)
+    if brokers is None:
+        needs_broker = any(c.role == Role.BROKER and c.skipped is None for c in conns)
+        brokers = await discover_brokers(target, opts.connect_timeout) if needs_broker else {}
+    replay = _Replay(conns, target, brokers, opts, plan_start, progress)
+    started = time.monotonic()
+    outcomes = await replay.run()
+    facts = {
+        "duration_s": time.monotonic() - started,
+        "connections": len(replay.conns),
+        "target_brokers": brokers,
+        "server_requests": dict(replay.server_requests),
+        "server_requests_answered": dict(replay.server_answered),
+        "unused_check_answers": len(replay.check_pool),
+    }
+    return outcomes, facts
+
+
+def _percentile(sorted_values: list[float], q: float) -> float:
+    if not sorted_values:
+        return 0.0
+    k = (len(sorted_values) - 1) * q
+    lo = math.floor(k)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (k - lo)
+
+
+def latency_summary(values: Iterable[float]) -> dict[str, float]:
+    v = sorted(values)
+    return {
+        "count": len(v),
+        "p50": _percentile(v, 0.5),
+        "p90": _percentile(v, 0.9),
+        "p99": _percentile(v, 0.99),
+        "max": v[-1] if v else 0.0,
+        "mean": sum(v) / len(v) if v else 0.0,
+    }
+
+
+def summarize(outcomes: Sequence[Outcome], facts: dict | None = None, max_details: int = 200) -> dict:
+    """The replay report (JSON-able) for any list of outcomes (e.g. merged from several tasks)."""
+    by_code: dict[str, dict] = {}
+    latencies = []
+    long_polls = []
+    mismatches = []
+    errors = Counter()
+    responses = 0
+    for o in outcomes:
+        entry = by_code.setdefault(
+            request_name(o.code), {"code": o.code, "count": 0, "responses": Counter(), "recorded": Counter(),
+                                   "mismatches": 0, "errors": 0}
+        )  # fmt: skip
+        entry["count"] += 1
+        if o.recorded_code is not None:
+            entry["recorded"][response_name(o.recorded_code)] += 1
+        if o.response_code is not None:
+            responses += 1
+            entry["responses"][response_name(o.response_code)] += 1
+            (long_polls if o.long_poll else latencies).append(o.latency_ms)
+        if o.error:
+            entry["errors"] += 1
+            errors[o.error] += 1
+        if o.mismatch:
+            entry["mismatches"] += 1
+            if len(mismatches) < max_details:
+                mismatches.append({
+                    "conn": o.conn_id, "request": request_name(o.code),
+                    "recorded": response_name(o.recorded_code), "got": response_name(o.response_code),
+                })  # fmt: skip
+    for entry in by_code.values():
+        entry["responses"] = dict(entry["responses"])
+        entry["recorded"] = dict(entry["recorded"])
+    sent = [o.sent for o in outcomes]
+    done = [o.done for o in outcomes if o.done is not None]
+    duration = (max(done) - min(sent)) if sent and done else 0.0
+    report = {
+        "requests": len(outcomes),
+        "responses": responses,
+        "errors": sum(errors.values()),
+        "error_kinds": dict(errors),
+        "mismatches": sum(e["mismatches"] for e in by_code.values()),
+        "mismatch_details": mismatches,
+        "by_code": dict(sorted(by_code.items(), key=lambda kv: -kv[1]["count"])),
+        "latency_ms": latency_summary(latencies),
+        "long_poll_latency_ms": latency_summary(long_polls),
+        "duration_s": duration,
+        "requests_per_s": len(outcomes) / duration if duration > 0 else 0.0,
+    }
+    if facts:
+        report.update({k: v for k, v in facts.items() if k != "duration_s"})
+        report["duration_s"] = facts.get("duration_s", duration)
+        if report["duration_s"]:
+            report["requests_per_s"] = len(outcomes) / report["duration_s"]
+    return report
+
+
+async def replay_file(
+    path: str | Path,
+    target: str,
+    options: ReplayOptions | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> tuple[dict, list[Outcome]]:
+    """load_plan + replay_connections + summarize, for the CLI and tests."""
+    plan = load_plan(path)
+    outcomes, facts = await replay_connections(
+        plan.replayable, target, options, plan_start=plan.start, progress=progress
+    )
+    facts["input"] = str(path)
+    facts["skipped_connections"] = {
+        str(c.conn_id): c.skipped for c in plan.connections if c.skipped is not None
+    }
+    return summarize(outcomes, facts), outcomes
