@@ -1,0 +1,297 @@
+"""Behaviour of DefaultMessageStore: put/get round trips, statuses, batches, segments, delay and
+transaction rules, lookups, listeners, flush modes, restart, expiry with min-offset correction."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from rmqgate.store.api import (
+    SCHEDULE_TOPIC,
+    GetMessageStatus,
+    PutMessageStatus,
+    StoreConfig,
+    open_store,
+)
+from rmqgate.store.message_store import DefaultMessageStore
+from rmqgate.wire.message import MessageExt, MessageSysFlag, decode_message, java_string_hash
+
+G = GetMessageStatus
+
+
+def cfg(root: Path, **kw) -> StoreConfig:
+    base = dict(
+        mapped_file_size_commitlog=16 * 1024,
+        mapped_file_size_consume_queue=50 * 20,
+        max_hash_slot_num=128,
+        max_index_num=500,
+    )
+    base.update(kw)
+    return StoreConfig(str(root), **base)
+
+
+def msg(topic: str = "T", body: bytes = b"hello", qid: int = 0, **props: str) -> MessageExt:
+    return MessageExt(
+        topic,
+        body=body,
+        queue_id=qid,
+        born_timestamp=int(time.time() * 1000),
+        born_host=b"\x7f\x00\x00\x01",
+        born_port=40000,
+        properties=dict(props),
+    )
+
+
+@pytest.fixture()
+def store(tmp_path: Path):
+    s = DefaultMessageStore.open(cfg(tmp_path))
+    yield s
+    s.shutdown()
+
+
+def test_put_get_round_trip_and_statuses(store: DefaultMessageStore) -> None:
+    assert store.get_messages("T", 0, 0, 32).status is G.NO_MATCHED_LOGIC_QUEUE
+    results = [store.put_message(msg(body=b"m%d" % i, TAGS="a", KEYS=f"k{i}")) for i in range(10)]
+    assert [r.status for r in results] == [PutMessageStatus.PUT_OK] * 10
+    assert [r.queue_offset for r in results] == list(range(10))
+    assert results[0].physical_offset == 0
+    assert results[1].physical_offset == results[0].wrote_bytes
+
+    got = store.get_messages("T", 0, 0, 4)
+    assert got.status is G.FOUND and got.message_count == 4 and got.next_begin_offset == 4
+    assert (got.min_offset, got.max_offset) == (0, 10)
+    assert got.queue_offsets == [0, 1, 2, 3]
+    assert all(isinstance(b, memoryview) for b in got.buffers)  # zero-copy over the mmap
+    m = decode_message(got.buffers[2])
+    assert (m.body, m.queue_offset, m.commit_log_offset) == (b"m2", 2, results[2].physical_offset)
+    assert m.store_timestamp == results[2].store_timestamp and m.properties == {"TAGS": "a", "KEYS": "k2"}
+    assert m.offset_msg_id == results[2].msg_id
+
+    assert store.get_messages("T", 0, 10, 4).status is G.OFFSET_OVERFLOW_ONE
+    over = store.get_messages("T", 0, 15, 4)
+    assert over.status is G.OFFSET_OVERFLOW_BADLY and over.next_begin_offset == 0  # min offset 0
+    assert store.get_messages("T", 0, 0, 100).message_count == 10
+
+
+def test_tags_filter_and_limits(store: DefaultMessageStore) -> None:
+    for i in range(40):
+        store.put_message(msg(body=bytes(100), TAGS="A" if i % 4 == 0 else "B"))
+    code_a = java_string_hash("A")
+    got = store.get_messages("T", 0, 0, 32, tags_filter={code_a})
+    assert got.status is G.FOUND and got.message_count == 10 and got.next_begin_offset == 40 - 0
+    assert all(decode_message(b).properties["TAGS"] == "A" for b in got.buffers)
+    none = store.get_messages("T", 0, 1, 2, tags_filter=lambda code: code == 12345)
+    assert none.status is G.NO_MATCHED_MESSAGE and none.next_begin_offset == 40
+    capped = store.get_messages("T", 0, 0, 32, max_bytes=3 * got.buffers[0].nbytes)
+    assert capped.message_count == 3 and capped.next_begin_offset == 3
+    # RocketMQ's in-memory transfer cap: 32 messages per pull
+    assert store.get_messages("T", 0, 0, 1000).message_count == 32
+
+
+def test_segments_roll_with_blank_records_and_cq_files(tmp_path: Path) -> None:
+    store = DefaultMessageStore.open(cfg(tmp_path))
+    try:
+        body = os.urandom(1000)
+        res = [store.put_message(msg(body=body, qid=i % 2)) for i in range(100)]
+        files = store.commitlog.queue.files
+        assert len(files) >= 6
+        for f in files[:-1]:  # each full segment ends in a BLANK record or exactly at its end
+            assert f.wrote_position == f.file_size
+        assert all(
+            r.physical_offset // (16 * 1024) == (r.physical_offset + r.wrote_bytes - 1) // (16 * 1024)
+            for r in res
+        )
+        seen = []
+        off = 0
+        while True:
+            got = store.get_messages("T", 0, off, 32)
+            if got.status is not G.FOUND:
+                break
+            seen += [decode_message(b).commit_log_offset for b in got.buffers]
+            off = got.next_begin_offset
+        assert seen == [r.physical_offset for r in res if r.queue_id == 0]
+        assert len(list((tmp_path / "consumequeue" / "T" / "0").iterdir())) == 1  # 50 units/file
+        assert store.get_max_offset_in_queue("T", 0) == 50
+    finally:
+        store.shutdown()
+
+
+def test_batch_is_consecutive_and_atomic(store: DefaultMessageStore) -> None:
+    store.put_message(msg(qid=3))
+    batch = [msg(qid=3, body=b"b%d" % i, KEYS=f"bk{i}", UNIQ_KEY=f"U{i}") for i in range(5)]
+    res = store.put_messages(batch)
+    assert res.status is PutMessageStatus.PUT_OK and res.queue_offset == 1 and res.msg_num == 5
+    ids = res.msg_id.split(",")
+    assert (
+        len(ids) == 5 and ids[0] == decode_message(store.get_messages("T", 3, 1, 1).buffers[0]).offset_msg_id
+    )
+    got = store.get_messages("T", 3, 1, 32)
+    assert [decode_message(b).body for b in got.buffers] == [b"b%d" % i for i in range(5)]
+    assert [decode_message(b).queue_offset for b in got.buffers] == [1, 2, 3, 4, 5]
+    mixed = store.put_messages([msg(qid=1), msg(qid=2)])
+    assert mixed.status is PutMessageStatus.MESSAGE_ILLEGAL
+
+
+def test_illegal_messages(store: DefaultMessageStore) -> None:
+    assert store.put_message(msg(topic="x" * 128)).status is PutMessageStatus.MESSAGE_ILLEGAL
+    big = msg(body=bytes(store.config.max_message_size + 1))
+    assert store.put_message(big).status is PutMessageStatus.MESSAGE_ILLEGAL
+    huge_props = msg(P="v" * 40000)
+    assert store.put_message(huge_props).status is PutMessageStatus.PROPERTIES_SIZE_EXCEEDED
+
+
+def test_delay_redirects_to_schedule_topic(store: DefaultMessageStore) -> None:
+    res = store.put_message(msg(topic="Real", qid=2, DELAY="3", TAGS="x"))
+    assert res.topic == SCHEDULE_TOPIC and res.queue_id == 2
+    got = store.get_messages(SCHEDULE_TOPIC, 2, 0, 1)
+    m = decode_message(got.buffers[0])
+    assert m.properties["REAL_TOPIC"] == "Real" and m.properties["REAL_QID"] == "2"
+    unit = store.consume_queues[(SCHEDULE_TOPIC, 2)].get_unit(0)
+    assert unit[2] == res.store_timestamp + 10_000  # tagsCode = deliver time for level 3 (10s)
+    clamped = store.put_message(msg(topic="Real", DELAY="99"))
+    assert clamped.queue_id == 17
+    assert store.get_max_offset_in_queue("Real", 2) == 0
+
+
+def test_transaction_prepared_and_rollback(store: DefaultMessageStore) -> None:
+    prep = msg(topic="Tx", KEYS="pk")
+    prep.sys_flag = MessageSysFlag.TRANSACTION_PREPARED
+    r1 = store.put_message(prep)
+    rb = msg(topic="Tx", KEYS="rk")
+    rb.sys_flag = MessageSysFlag.TRANSACTION_ROLLBACK
+    r2 = store.put_message(rb)
+    r3 = store.put_message(msg(topic="Tx", KEYS="nk"))
+    assert r1.queue_offset == 0 and r2.queue_offset == 0 and r3.queue_offset == 0
+    assert store.get_max_offset_in_queue("Tx", 0) == 1  # only the normal one is in the ConsumeQueue
+    assert (
+        store.look_message_by_offset(r1.physical_offset).sys_flag & 0xC == MessageSysFlag.TRANSACTION_PREPARED
+    )
+    assert len(store.query_message("Tx", "pk", 8).buffers) == 1
+    assert store.query_message("Tx", "rk", 8).buffers == []  # ROLLBACK is not indexed
+
+
+def test_lookups_by_offset_key_time(store: DefaultMessageStore) -> None:
+    res = []
+    for i in range(30):
+        res.append(store.put_message(msg(KEYS=f"order-{i} grp{i % 3}", UNIQ_KEY=f"UNIQ{i}")))
+        time.sleep(0.002)
+    view = store.select_one_message_by_offset(res[7].physical_offset)
+    assert view is not None and decode_message(view).properties["UNIQ_KEY"] == "UNIQ7"
+    assert store.select_one_message_by_offset(10**9) is None
+    assert [
+        decode_message(b).properties["UNIQ_KEY"] for b in store.query_message("T", "UNIQ12", 4).buffers
+    ] == ["UNIQ12"]
+    grp = store.query_message("T", "grp1", 100)
+    assert sorted(decode_message(b).queue_offset for b in grp.buffers) == list(range(1, 30, 3))
+    assert len(store.query_message("T", "grp1", 3).buffers) <= 3
+    assert store.query_message("T", "order-5", 4, end_timestamp=res[0].store_timestamp - 5000).buffers == []
+    assert grp.index_last_update_phyoffset == res[-1].physical_offset
+    ts = res[20].store_timestamp
+    off = store.get_offset_in_queue_by_time("T", 0, ts)
+    assert store.get_message_store_timestamp("T", 0, off) == ts
+    assert store.get_earliest_message_time("T", 0) == res[0].store_timestamp
+    assert store.get_commit_log_offset_in_queue("T", 0, 5) == res[5].physical_offset
+
+
+def test_arrival_listener_and_delete_topic(store: DefaultMessageStore) -> None:
+    seen = []
+    store.register_arrival_listener(
+        lambda d: seen.append((d.topic, d.queue_id, d.consume_queue_offset, d.tags_code))
+    )
+    store.put_message(msg(topic="L", qid=1, TAGS="t"))
+    store.put_messages([msg(topic="L", qid=1), msg(topic="L", qid=1)])
+    assert seen == [("L", 1, 0, java_string_hash("t")), ("L", 1, 1, 0), ("L", 1, 2, 0)]
+    store.meta.commit_offset("g", "L", 1, 2)
+    assert store.delete_topics({"L"}) == 1
+    assert "L" not in store.topics() and store.meta.query_offset("g", "L", 1) == -1
+    assert store.get_messages("L", 1, 0, 1).status is G.NO_MATCHED_LOGIC_QUEUE
+
+
+def test_restart_keeps_messages_offsets_and_meta(tmp_path: Path) -> None:
+    c = cfg(tmp_path)
+    s = open_store(c)
+    for i in range(60):
+        s.put_message(msg(qid=i % 3, body=b"%d" % i))
+    s.meta.put("topics", "T", {"topicName": "T", "readQueueNums": 3})
+    s.meta.commit_offset("grp", "T", 1, 7)
+    s.shutdown()
+    assert not (tmp_path / "abort").exists()
+    s = open_store(c)
+    try:
+        assert s.last_exit_ok
+        assert [s.get_max_offset_in_queue("T", q) for q in range(3)] == [20, 20, 20]
+        r = s.put_message(msg(qid=1))
+        assert r.queue_offset == 20  # queue offsets continue after a restart
+        assert s.meta.get("topics", "T")["readQueueNums"] == 3
+        assert s.meta.query_offset("grp", "T", 1) == 7
+    finally:
+        s.shutdown()
+
+
+def test_sync_flush_group_commit_from_asyncio(tmp_path: Path) -> None:
+    s = open_store(cfg(tmp_path, flush_disk_type="SYNC_FLUSH", mapped_file_size_commitlog=1 << 20))
+
+    async def writer(n: int) -> list[PutMessageStatus]:
+        out = []
+        for i in range(n):
+            r = s.put_message(msg(body=b"x" * 100, qid=i % 4))
+            assert r.durable is not None
+            out.append(await asyncio.wrap_future(r.durable))
+        return out
+
+    async def main() -> list[list[PutMessageStatus]]:
+        return await asyncio.gather(*(writer(20) for _ in range(16)))
+
+    try:
+        results = asyncio.run(main())
+        assert all(st is PutMessageStatus.PUT_OK for rs in results for st in rs)
+        fs = s._flush_service
+        assert fs is not None and fs.flush_count < 16 * 20  # writers shared fsyncs
+        assert s.commitlog.queue.flushed_where == s.commitlog.get_max_offset()
+    finally:
+        s.shutdown()
+
+
+def test_async_flush_reaches_disk(tmp_path: Path) -> None:
+    s = open_store(cfg(tmp_path, flush_interval_commitlog=20, flush_commitlog_least_pages=0))
+    try:
+        s.put_message(msg())
+        deadline = time.monotonic() + 5
+        while s.commitlog.queue.flushed_where < s.commitlog.get_max_offset() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert s.commitlog.queue.flushed_where == s.commitlog.get_max_offset()
+    finally:
+        s.shutdown()
+
+
+def test_expired_segments_cleanup_moves_min_offsets(tmp_path: Path) -> None:
+    s = DefaultMessageStore.open(cfg(tmp_path, file_reserved_time=1, delete_when="99"), start_services=False)
+    try:
+        res = [s.put_message(msg(body=os.urandom(900), qid=i % 2)) for i in range(120)]
+        n_files = len(s.commitlog.queue.files)
+        assert n_files >= 7
+        now = int(time.time() * 1000)
+        assert s.clean_expired_files(now_ms=now) == 0  # not the hour in delete_when, not forced
+        assert s.clean_expired_files(force=True, now_ms=now) == 0  # younger than 1 hour
+        deleted = s.clean_expired_files(force=True, now_ms=now + 2 * 3_600_000)
+        assert deleted == min(10, n_files - 1)  # the segment being written always stays
+        min_phy = s.get_min_phy_offset()
+        assert min_phy == s.commitlog.queue.files[0].file_from_offset > 0
+        for q in (0, 1):
+            lo = s.get_min_offset_in_queue("T", q)
+            first_kept = next(r for r in res if r.queue_id == q and r.physical_offset >= min_phy)
+            assert lo == first_kept.queue_offset
+            assert s.get_messages("T", q, 0, 8).status is G.OFFSET_TOO_SMALL
+            got = s.get_messages("T", q, lo, 1)
+            assert (
+                got.status is G.FOUND
+                and decode_message(got.buffers[0]).commit_log_offset == first_kept.physical_offset
+            )
+        assert len(list((tmp_path / "consumequeue" / "T" / "0").iterdir())) == 1
+        assert s.look_message_by_offset(res[0].physical_offset) is None
+    finally:
+        s.shutdown()
