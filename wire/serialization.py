@@ -166,26 +166,36 @@ def decode_rocketmq_header(data: bytes | bytearray | memoryview) -> RemotingComm
 
 
 def encode_rocketmq_header(cmd: RemotingCommand) -> bytes:
-    parts = [ROCKETMQ_FIXED.pack(cmd.code, cmd.language, cmd.version, cmd.opaque, cmd.flag)]
     remark = cmd.remark.encode() if cmd.remark else b""
-    parts.append(REMARK_LENGTH.pack(len(remark)))
-    parts.append(remark)
-    if cmd.ext_fields:
-        entries = []
-        for key, value in cmd.ext_fields.items():
+    ext = cmd.ext_fields
+    ext_bytes = b""
+    if ext:
+        parts: list[bytes] = []
+        append = parts.append
+        for key, value in ext.items():
             k = key.encode()
-            v = str(value).encode()
-            entries.append(EXT_KEY_LENGTH.pack(len(k)))
-            entries.append(k)
-            entries.append(EXT_VALUE_LENGTH.pack(len(v)))
-            entries.append(v)
-        ext = b"".join(entries)
-        parts.append(EXT_TOTAL_LENGTH.pack(len(ext)))
-        parts.append(ext)
-    else:
-        parts.append(EXT_TOTAL_LENGTH.pack(0))
-    return b"".join(parts)
+            v = value.encode() if type(value) is str else str(value).encode()
+            append(_pack_key_len(len(k)))
+            append(k)
+            append(_pack_value_len(len(v)))
+            append(v)
+        ext_bytes = b"".join(parts)
+    return b"".join(
+        (
+            _pack_fixed(cmd.code, cmd.language, cmd.version, cmd.opaque, cmd.flag),
+            _pack_remark_len(len(remark)),
+            remark,
+            _pack_ext_len(len(ext_bytes)),
+            ext_bytes,
+        )
+    )
 
+
+_pack_fixed = ROCKETMQ_FIXED.pack
+_pack_remark_len = REMARK_LENGTH.pack
+_pack_ext_len = EXT_TOTAL_LENGTH.pack
+_pack_key_len = EXT_KEY_LENGTH.pack
+_pack_value_len = EXT_VALUE_LENGTH.pack
 
 DECODERS = (decode_json_header, decode_rocketmq_header)
 ENCODERS = (encode_json_header, encode_rocketmq_header)
