@@ -138,7 +138,8 @@ def compute_stats(path: str | os.PathLike[str]) -> dict:
     }
 
 
-def _table(headers: list[str], rows: list[list[object]], out=sys.stdout) -> None:
+def _table(headers: list[str], rows: list[list[object]], out=None) -> None:
+    out = out or sys.stdout
     cells = [headers] + [[str(c) for c in row] for row in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
     for n, row in enumerate(cells):
@@ -152,7 +153,8 @@ def _table(headers: list[str], rows: list[list[object]], out=sys.stdout) -> None
             print("  ".join("-" * w for w in widths), file=out)
 
 
-def print_stats(stats: dict, out=sys.stdout) -> None:
+def print_stats(stats: dict, out=None) -> None:
+    out = out or sys.stdout
     start = stats["start"]
     when = datetime.fromtimestamp(start, UTC).isoformat(timespec="seconds") if start else "-"
     print(f"file         {stats['file']}", file=out)
@@ -191,7 +193,8 @@ def print_stats(stats: dict, out=sys.stdout) -> None:
         _table(["topic", "requests", "per_s", "bytes", "codes"], rows, out)
 
 
-def dump(path: str, out=sys.stdout) -> None:
+def dump(path: str, out=None) -> None:
+    out = out or sys.stdout
     for rec in iter_records(path):
         if rec.kind != Kind.FRAME:
             what = "open" if rec.kind == Kind.CONN_OPEN else "close"
