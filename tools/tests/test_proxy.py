@@ -223,7 +223,8 @@ def test_upstream_restart(tmp_path: Path) -> None:
             assert proxy.stats.upstream_failures == 1
             got = [decode_frame(f) for f in frames_of(path, direction=Direction.S2C)]
             assert [r.opaque for r in got] == [decode_frame(first).opaque, decode_frame(second).opaque]
-            assert all(cluster.broker_addr.encode() in bytes(r.body) for r in got)  # as the upstream sent them
+            # recorded as the upstream sent them
+            assert all(cluster.broker_addr.encode() in bytes(r.body) for r in got)
             assert frames_of(path, direction=Direction.C2S) == [
                 route_request("T1", 1),
                 route_request("T2", 2),
