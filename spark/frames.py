@@ -176,12 +176,12 @@ def rows_from_frames(source: str, frames: Iterable[Frame]) -> Iterator[dict[str,
         is_request = not cmd.flag & RESPONSE_FLAG
         body_len = len(cmd.body) if cmd.body else 0
         row.update(
-            code=cmd.code,
-            opaque=cmd.opaque,
-            flag=cmd.flag,
+            code=int(cmd.code),
+            opaque=int(cmd.opaque),
+            flag=int(cmd.flag),
             is_request=is_request,
             oneway=bool(cmd.flag & ONEWAY_FLAG),
-            serialize=cmd.serialize_type,
+            serialize=int(cmd.serialize_type),
             topic=topic_of(cmd),
             header_len=len(f.raw) - 8 - body_len,
             body_len=body_len,
@@ -190,7 +190,7 @@ def rows_from_frames(source: str, frames: Iterable[Frame]) -> Iterator[dict[str,
         sender = "c" if f.direction == "c2s" else "s"
         if is_request:
             if not row["oneway"]:
-                pending[(conn, sender, cmd.opaque)] = cmd.code
+                pending[(conn, sender, cmd.opaque)] = int(cmd.code)
         else:
             asker = "s" if sender == "c" else "c"
             row["req_code"] = pending.pop((conn, asker, cmd.opaque), -1)

@@ -1,0 +1,398 @@
+"""The Spark load-replay job: inputs -> Parquet frames -> per-connection plans -> replay -> report.
+
+``run_job(spark, options)`` is shared by ``rmqgate spark-replay`` (spark/cli.py) and
+``spark-submit spark/replay_job.py``. Stages:
+
+1. frames: pcaps / capture files (any Hadoop-compatible path, read with ``binaryFiles``) decoded with the
+   project's codec into a Parquet table, cached by input path/size/mtime and reused; a ``.parquet``
+   input is taken as such a table directly.
+2. plan: frames grouped by (connection, clone) into ``ConnPlan``s, one shuffle; each unit is pinned to a
+   partition by a greedy balance of request counts, so clones of a connection spread over executors.
+3. replay: one Spark task per partition replays its connections with asyncio (spark/executor.py); the
+   outcomes are written to Parquet once (never recomputed), then aggregated with Spark SQL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rmqgate.spark.executor import OUTCOME_DDL, ReplayOptions, run_task
+from rmqgate.spark.frames import FRAME_COLUMNS, FRAME_DDL, rows_from_bytes
+from rmqgate.spark.plan import (
+    broker_names_from_routes,
+    build_conn_plan,
+    masters_from_cluster_info,
+    resolve_targets,
+    role_of,
+    route_bodies_from_rows,
+)
+from rmqgate.wire.codes import RequestCode, ResponseCode
+from rmqgate.wire.command import RemotingCommand
+
+QUIET_LOG4J = Path(__file__).with_name("log4j2-quiet.properties")
+PLAN_COLUMNS = (
+    "conn",
+    "source",
+    "idx",
+    "ts",
+    "direction",
+    "role",
+    "server",
+    "code",
+    "req_code",
+    "opaque",
+    "is_request",
+    "oneway",
+    "topic",
+    "raw",
+    "error",
+)
+
+
+class JobError(RuntimeError):
+    """A problem the user must fix (no Java, target unreachable, no input): printed without a trace."""
+
+
+@dataclass
+class JobOptions:
+    inputs: list[str]
+    target: str
+    scale: int = 1
+    speed: float | None = 1.0  # None = max
+    partitions: int | None = None  # default: Spark's default parallelism
+    timeout: float = 30.0
+    grace: float = 1.0
+    start_delay: float = 0.5
+    topic_map: dict[str, str] = field(default_factory=dict)
+    frames_cache: str | None = None
+    outcomes: str | None = None
+    report: str | None = None
+    html: str | None = None
+    progress: bool = True
+    startup_s: float | None = None  # SparkSession start-up, measured by the caller
+
+
+def _say(opts: JobOptions, msg: str) -> None:
+    if opts.progress:
+        print(f"[spark-replay] {msg}", file=sys.stderr, flush=True)
+
+
+# --- environment ----------------------------------------------------------------------------------
+
+
+def check_java() -> str:
+    """The java executable Spark will use, or JobError saying how to get one."""
+    home = os.environ.get("JAVA_HOME")
+    if home and (Path(home) / "bin" / "java").exists():
+        return str(Path(home) / "bin" / "java")
+    java = shutil.which("java")
+    if java:
+        return java
+    raise JobError(
+        "Java not found: Spark needs a Java 17+ runtime. Install one (e.g. apt-get install "
+        "openjdk-17-jre-headless) or set JAVA_HOME."
+    )
+
+
+def under_spark_submit() -> bool:
+    return "PYSPARK_GATEWAY_PORT" in os.environ
+
+
+def make_session(
+    master: str | None = "local[2]",
+    *,
+    app_name: str = "rmqgate-spark-replay",
+    conf: Sequence[tuple[str, str]] = (),
+    quiet: bool = True,
+) -> Any:
+    """A SparkSession with rmqgate's defaults: loopback bind, no UI, quiet log, few shuffle partitions."""
+    if not under_spark_submit():
+        check_java()
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError as exc:  # pragma: no cover - pyspark is a declared extra
+        raise JobError("pyspark is not installed (pip install 'rmqgate[spark]')") from exc
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    local = master is None or master.startswith("local")
+    if local:
+        # executors of a local master are this machine's Python: the one rmqgate is installed in
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    builder = SparkSession.builder.appName(app_name)
+    if master and not under_spark_submit():
+        builder = builder.master(master)
+    elif master:
+        builder = builder.config("spark.master", master)
+    defaults = {
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.shuffle.partitions": "4",
+        "spark.sql.adaptive.enabled": "false",
+    }
+    if local:
+        defaults["spark.driver.host"] = os.environ["SPARK_LOCAL_IP"]
+        defaults["spark.driver.bindAddress"] = os.environ["SPARK_LOCAL_IP"]
+    if quiet:
+        opt = f"-Dlog4j2.configurationFile=file:{QUIET_LOG4J}"
+        defaults["spark.driver.extraJavaOptions"] = opt
+        defaults["spark.executor.extraJavaOptions"] = opt
+    given = dict(conf)
+    for k, v in {**defaults, **given}.items():
+        builder = builder.config(k, v)
+    try:
+        spark = builder.getOrCreate()
+    except Exception as exc:
+        if "JAVA_GATEWAY_EXITED" in str(exc) or "Java gateway" in str(exc):
+            raise JobError(f"Spark could not start its JVM: {exc}") from exc
+        raise
+    if quiet:
+        spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+# --- target ---------------------------------------------------------------------------------------
+
+
+async def _cluster_info(addr: str, timeout: float) -> bytes:
+    from rmqgate.server.client import RemotingClient
+
+    client = await RemotingClient.connect_addr(addr, timeout=timeout)
+    try:
+        resp = await client.invoke(RemotingCommand.request(RequestCode.GET_BROKER_CLUSTER_INFO), timeout)
+    finally:
+        await client.aclose()
+    if resp.code != ResponseCode.SUCCESS or not resp.body:
+        raise JobError(f"target name server {addr} answered GET_BROKER_CLUSTER_INFO with code {resp.code}")
+    return bytes(resp.body)
+
+
+def probe_target(namesrv: str, timeout: float = 5.0) -> dict[str, str]:
+    """Broker name -> master address from the target name server; JobError if it cannot be reached."""
+    _host, sep, port = namesrv.rpartition(":")
+    if not sep or not port.isdigit():
+        raise JobError(f"--target must be NAMESRV_HOST:PORT, got {namesrv!r}")
+    try:
+        body = asyncio.run(_cluster_info(namesrv, timeout))
+    except (OSError, TimeoutError) as exc:
+        raise JobError(f"target name server {namesrv} is unreachable: {exc or type(exc).__name__}") from None
+    try:
+        return masters_from_cluster_info(body)
+    except Exception as exc:
+        raise JobError(f"target name server {namesrv} sent an unreadable cluster info: {exc}") from None
+
+
+# --- stage 1: frames ------------------------------------------------------------------------------
+
+
+def _is_parquet(path: str) -> bool:
+    p = path.rstrip("/")
+    if p.endswith(".parquet"):
+        return True
+    local = Path(p[5:] if p.startswith("file:") else p)
+    return local.is_dir() and any(local.glob("*.parquet"))
+
+
+def _hadoop_exists(spark: Any, path: str) -> bool:
+    jvm = spark.sparkContext._jvm
+    jpath = jvm.org.apache.hadoop.fs.Path(path)
+    fs = jpath.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+    return bool(fs.exists(jpath))
+
+
+def load_frames(spark: Any, inputs: Sequence[str], cache_dir: str | None, opts: JobOptions) -> Any:
+    """The frames DataFrame for ``inputs``: Parquet inputs as they are, the others converted once."""
+    parquet = [p for p in inputs if _is_parquet(p)]
+    raw_inputs = [p for p in inputs if not _is_parquet(p)]
+    frames = [spark.read.parquet(*parquet)] if parquet else []
+    if raw_inputs:
+        meta = (
+            spark.read.format("binaryFile")
+            .load(raw_inputs)
+            .select("path", "modificationTime", "length")
+            .collect()
+        )
+        meta.sort(key=lambda m: m["path"])
+        if not meta:
+            raise JobError(f"no input files found at {', '.join(raw_inputs)}")
+        key = hashlib.sha1(
+            repr([(m["path"], str(m["modificationTime"]), m["length"]) for m in meta]).encode()
+        ).hexdigest()[:16]
+        cache = (cache_dir or os.path.join(tempfile.gettempdir(), "rmqgate-spark-frames")).rstrip("/")
+        out = f"{cache}/frames-{key}.parquet"
+        if _hadoop_exists(spark, f"{out}/_SUCCESS"):
+            _say(opts, f"frames: reusing {out}")
+        else:
+            t = time.perf_counter()
+            paths = [m["path"] for m in meta]
+            rdd = (
+                spark.sparkContext.binaryFiles(",".join(paths), minPartitions=len(paths))
+                .flatMap(lambda kv: rows_from_bytes(kv[0], kv[1]))
+                .map(lambda row: tuple(row[name] for name, _ in FRAME_COLUMNS))
+            )
+            spark.createDataFrame(rdd, FRAME_DDL).write.mode("overwrite").parquet(out)
+            _say(opts, f"frames: {len(paths)} input(s) decoded to {out} in {time.perf_counter() - t:.1f} s")
+        frames.append(spark.read.parquet(out))
+    df = frames[0]
+    for more in frames[1:]:
+        df = df.unionByName(more)
+    return df
+
+
+# --- stage 2: plan --------------------------------------------------------------------------------
+
+
+def assign_partitions(weights: dict[Any, int], partitions: int) -> dict[Any, int]:
+    """Greedy longest-first balance of units over partitions by request count."""
+    load = [0] * partitions
+    out = {}
+    for key, w in sorted(weights.items(), key=lambda kv: (-kv[1], str(kv[0]))):
+        i = min(range(partitions), key=lambda j: (load[j], j))
+        out[key] = i
+        load[i] += w
+    return out
+
+
+def plan_units(
+    frames: Any, scale: int
+) -> tuple[dict[tuple[str, int], int], dict[str, float], dict[str, str]]:
+    """((conn, clone) -> request count, conn -> time origin, server -> role) for replayable connections."""
+    from pyspark.sql import functions as F
+
+    c2s_request = (F.col("direction") == "c2s") & F.col("is_request")
+    rows = (
+        frames.groupBy("conn", "source", "server")
+        .agg(
+            F.min("ts").alias("t0"),
+            F.sum(c2s_request.cast("int")).alias("n"),
+            F.collect_set(F.when(c2s_request, F.col("code"))).alias("codes"),
+            F.max("role").alias("role"),
+        )
+        .collect()
+    )
+    t0s: dict[str, float] = {}
+    for r in rows:
+        t0s[r["source"]] = min(r["t0"], t0s.get(r["source"], r["t0"]))
+    weights: dict[tuple[str, int], int] = {}
+    origin: dict[str, float] = {}
+    roles: dict[str, str] = {}
+    for r in rows:
+        role = role_of(r["codes"], r["role"] or "")
+        if role == "broker-self" or not r["n"]:
+            continue
+        roles[r["server"]] = role
+        origin[r["conn"]] = t0s[r["source"]]
+        for k in range(scale):
+            weights[(r["conn"], k)] = int(r["n"])
+    return weights, origin, roles
+
+
+def run_job(spark: Any, opts: JobOptions) -> dict[str, Any]:
+    """Run the whole job in ``spark``; returns the report (also written where ``opts`` says)."""
+    from pyspark.sql import functions as F
+
+    from rmqgate.spark.report import aggregate, write_outputs
+
+    if opts.scale < 1:
+        raise JobError("--scale must be at least 1")
+    t_all = time.perf_counter()
+    masters = probe_target(opts.target)
+    sc = spark.sparkContext
+
+    t = time.perf_counter()
+    frames = load_frames(spark, opts.inputs, opts.frames_cache, opts)
+    weights, origin, roles = plan_units(frames, opts.scale)
+    if not weights:
+        raise JobError("the inputs hold no client requests to replay")
+    names = broker_names_from_routes(
+        route_bodies_from_rows(
+            frames.where(
+                (F.col("req_code") == int(RequestCode.GET_ROUTEINFO_BY_TOPIC)) & (F.col("code") == 0)
+            )
+            .select("req_code", "code", "raw")
+            .collect()
+        )
+    )
+    targets = resolve_targets([(role, server) for server, role in roles.items()], names, masters, opts.target)
+    unroutable = sorted(s for s, a in targets.items() if not a)
+    if unroutable:
+        _say(opts, f"warning: no target broker for {', '.join(unroutable)} (target brokers: {masters})")
+    partitions = max(1, opts.partitions or sc.defaultParallelism)
+    assign = assign_partitions(weights, partitions)
+    ingest_s = time.perf_counter() - t
+
+    t = time.perf_counter()
+    scale, topic_map = opts.scale, dict(opts.topic_map)
+
+    def units(row: Any) -> list[tuple[tuple[str, int], Any]]:
+        if row["conn"] not in origin:
+            return []
+        return [((row["conn"], k), row) for k in range(scale)]
+
+    def build(kv: tuple[tuple[str, int], Any]) -> Any:
+        (conn, clone), rows = kv
+        return build_conn_plan(conn, rows, origin[conn], clone, topic_map)
+
+    plans = (
+        frames.select(*PLAN_COLUMNS)
+        .rdd.flatMap(units)
+        .groupByKey(numPartitions=partitions, partitionFunc=lambda key: assign[key])
+        .map(build)
+        .filter(lambda p: p is not None)
+        .persist()
+    )
+    n_plans = plans.count()
+    n_requests = plans.map(lambda p: len(p.steps)).sum()
+    plan_s = time.perf_counter() - t
+    _say(
+        opts,
+        f"plan: {n_plans} connection(s) ({len(origin)} recorded x scale {scale}), {n_requests} requests, "
+        f"{partitions} partition(s), built in {plan_s:.1f} s",
+    )
+
+    ropts = ReplayOptions(speed=opts.speed, timeout=opts.timeout, grace=opts.grace)
+    outcomes_path = opts.outcomes or tempfile.mkdtemp(prefix="rmqgate-spark-outcomes-")
+    if not opts.outcomes:
+        outcomes_path = os.path.join(outcomes_path, "outcomes.parquet")
+    start_at = time.time() + opts.start_delay
+    replay = plans.mapPartitionsWithIndex(lambda i, it: run_task(list(it), targets, start_at, ropts, i))
+    t = time.perf_counter()
+    _say(opts, f"replaying against {opts.target} at speed {opts.speed or 'max'} ...")
+    spark.createDataFrame(replay, OUTCOME_DDL).write.mode("overwrite").parquet(outcomes_path)
+    replay_s = time.perf_counter() - t
+    plans.unpersist()
+
+    report = aggregate(spark.read.parquet(outcomes_path))
+    report["spark"] = {
+        "master": sc.master,
+        "default_parallelism": sc.defaultParallelism,
+        "partitions": partitions,
+        "scale": opts.scale,
+        "speed": opts.speed if opts.speed else "max",
+        "inputs": list(opts.inputs),
+        "target": opts.target,
+        "target_brokers": masters,
+        "startup_s": round(opts.startup_s, 3) if opts.startup_s is not None else None,
+        "ingest_s": round(ingest_s, 3),
+        "plan_s": round(plan_s, 3),
+        "replay_wall_s": round(replay_s, 3),
+        "job_s": round(time.perf_counter() - t_all, 3),
+        "outcomes": outcomes_path,
+    }
+    write_outputs(report, opts.report, opts.html)
+    lat = report["latency_ms"]
+    _say(
+        opts,
+        f"done: {report['requests']} requests, {report['responses']} responses, {report['errors']} errors, "
+        f"{report['mismatches']} mismatches in {report['duration_s']} s "
+        f"({report['requests_per_s']} req/s; p50 {lat['p50']} ms, p99 {lat['p99']} ms)",
+    )
+    return report

@@ -1,0 +1,23 @@
+"""spark-submit entry point of the load-replay job (same arguments as ``rmqgate spark-replay``).
+
+    PYSPARK_PYTHON=.venv/bin/python .venv/bin/spark-submit --master local[2] \
+        spark/replay_job.py CAPTURE.pcap --target 127.0.0.1:9876 --scale 4 --report out.json
+
+On a cluster, executors need rmqgate importable (install the wheel on the nodes or pass it with
+--py-files). ``--master`` given to spark-submit wins unless the job's own --master is given.
+"""
+
+from __future__ import annotations
+
+import sys
+
+try:
+    from rmqgate.spark.cli import main
+except ImportError as exc:  # pragma: no cover - depends on how spark-submit was started
+    sys.exit(
+        f"replay_job.py: cannot import rmqgate ({exc}); run spark-submit with "
+        "PYSPARK_PYTHON/PYSPARK_DRIVER_PYTHON pointing at the Python rmqgate is installed in"
+    )
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
