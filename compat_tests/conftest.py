@@ -232,6 +232,20 @@ def rmqgate_server_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator
 
 
 @pytest.fixture
+def fresh_rmqgate(tmp_path: Path) -> Iterator[ServerProcess]:
+    """A separate `rmqgate serve` (both roles, empty store) for this test only."""
+    server = ServerProcess(tmp_path)
+    _STARTED.append(server)
+    try:
+        server.wait_ready()
+        discover_broker(server.namesrv)
+        yield server
+    finally:
+        server.stop()
+        _STARTED.remove(server)
+
+
+@pytest.fixture
 def uniq(request: pytest.FixtureRequest) -> object:
     """``uniq("topic")`` -> a fresh, valid topic/group name tied to this test."""
     base = re.sub(r"[^A-Za-z0-9_-]", "_", request.node.name)[:60]
