@@ -37,7 +37,15 @@ def closed_or_error(c: WireClient, timeout: float = 5.0) -> bool:
             return True
 
 
-@pytest.mark.parametrize("target", ["namesrv", "broker"])
+@pytest.mark.parametrize(
+    "target",
+    [
+        # Java's name server has a default processor that returns no response for unknown codes
+        # (DefaultRequestProcessor); rmqgate answers REQUEST_CODE_NOT_SUPPORTED there too.
+        pytest.param("namesrv", marks=pytest.mark.rmqgate_only),
+        "broker",
+    ],
+)
 @pytest.mark.parametrize("ser", SERIALIZATIONS)
 def test_unknown_code_is_request_code_not_supported(cluster, ser, target):
     addr = cluster.namesrv if target == "namesrv" else cluster.broker
@@ -169,7 +177,8 @@ def test_broken_frames_close_or_error_and_others_unaffected(cluster, frame):
         assert bystander.invoke(RequestCode.GET_BROKER_RUNTIME_INFO).code == ResponseCode.SUCCESS
     with cluster.namesrv_client() as ns_victim:
         ns_victim.send_raw(frame)
-        assert closed_or_error(ns_victim)
+        if b'{"language":"JAVA"}' not in frame:  # code 0: Java's name server just stays silent
+            assert closed_or_error(ns_victim)
     with cluster.namesrv_client() as ns:
         assert ns.invoke(RequestCode.GET_BROKER_CLUSTER_INFO).code == ResponseCode.SUCCESS
 
