@@ -20,6 +20,7 @@ import os
 import re
 import socket
 import struct
+from bisect import bisect_right, insort
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from operator import itemgetter
@@ -229,6 +230,7 @@ WELL_KNOWN_PORTS = frozenset({9876, 10911, 10909})
 #: Out-of-order bytes buffered per direction before the hole in front of them is declared lost.
 PENDING_LIMIT = 64 * 1024 * 1024
 
+_START = itemgetter(0)
 _SEQ_MASK = 0xFFFFFFFF
 _HALF_SEQ = 0x80000000
 
@@ -631,7 +633,9 @@ class TcpReassembler:
         end = off + len(data)
         cur = off
         pieces = []
-        for p_off, p_data in half.pending:
+        pending = half.pending
+        for i in range(max(0, bisect_right(pending, off, key=_START) - 1), len(pending)):
+            p_off, p_data = pending[i]
             p_end = p_off + len(p_data)
             if p_end <= cur:
                 continue
@@ -644,10 +648,9 @@ class TcpReassembler:
             pieces.append((cur, data[cur - off :]))
         kept = sum(len(d) for _, d in pieces)
         self.stats.retransmitted_bytes += len(data) - kept
-        if pieces:
-            half.pending.extend(pieces)
-            half.pending.sort(key=itemgetter(0))
-            half.pending_bytes += kept
+        for piece in pieces:
+            insort(pending, piece, key=_START)
+        half.pending_bytes += kept
 
     def segment(
         self,
@@ -719,6 +722,18 @@ class TcpReassembler:
                 self._buffer(half, off, payload)
                 if half.pending_bytes > self.pending_limit:
                     self._skip_hole(half, ts, "out-of-order buffer limit")
+        if missing and half.next_off == off + size:
+            # the snap length cut this segment: its tail is lost for good
+            stop = off + size + missing
+            if half.pending:
+                stop = min(stop, half.pending[0][0])
+            self.stats.gap_bytes += stop - half.next_off
+            self.out.append(
+                StreamGap(ts, half, half.next_off, stop - half.next_off, "cut by the snap length")
+            )
+            half.next_off = stop
+            if half.pending:
+                self._drain(half, ts)
         if flags & TCP_ACK and other.pending and other.base is not None:
             acked = _unwrap((ack - other.base) & _SEQ_MASK, other.next_off)
             # The peer acknowledged data past a hole we have buffered data behind: the hole's

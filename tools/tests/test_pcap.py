@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 import struct
 from pathlib import Path
@@ -29,6 +30,7 @@ from rmqgate.tools.pcap import (
     StreamEnd,
     StreamGap,
     StrictError,
+    TcpReassembler,
     iter_packets,
     iter_tcp_streams,
     read_frames,
@@ -476,6 +478,7 @@ def test_snap_length_cut_payload_is_a_gap(tmp_path: Path) -> None:
     reader = read_frames(path)
     assert [f.raw for f in reader] == [nxt]
     assert reader.stats.snapped == 1
+    assert [(g.offset, g.reason) for g in reader.gaps] == [(1000 + 200 - 54, "cut by the snap length")]
     assert [(t.expected, t.reason) for t in reader.truncated] == [
         (len(big), f"{1000 - (200 - 54)} bytes not captured")
     ]
@@ -500,3 +503,31 @@ def test_non_tcp_and_bare_acks_are_skipped(tmp_path: Path) -> None:
     reader = read_frames(write(tmp_path / "x.pcap", extra))
     assert [f.raw for f in reader] == expected
     assert reader.stats.non_tcp == 1 and reader.stats.connections == 1
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_random_segmentation_order_duplicates_and_overlaps_rebuild_the_stream(seed: int) -> None:
+    """Random cuts (overlapping), random order, duplicates, random ISN (wraparound included)."""
+    rng = random.Random(seed)
+    stream = rng.randbytes(rng.randrange(1, 20_000))
+    isn = rng.choice([rng.randrange(1 << 32), (1 << 32) - rng.randrange(1, 5000)])
+    segments = []
+    pos = 0
+    while pos < len(stream):
+        start = max(0, pos - rng.randrange(0, 50))  # overlap what came before
+        end = min(len(stream), pos + rng.randrange(1, 1500))
+        segments.append((start, end))
+        pos = end
+    segments += rng.sample(segments, k=len(segments) // 3)  # retransmissions
+    first = segments.pop(0)
+    rng.shuffle(segments)
+    reasm = TcpReassembler()
+    src, dst = b"\x0a\0\0\x01", b"\x0a\0\0\x02"
+    reasm.segment(0.0, src, 40000, dst, 10911, isn, 0, 0x02, b"")  # SYN
+    for start, end in [first, *segments]:
+        reasm.segment(0.0, src, 40000, dst, 10911, (isn + 1 + start) & MASK, 0, 0x18, stream[start:end])
+    reasm.finish(1.0)
+    chunks = [e for e in reasm.out if isinstance(e, StreamChunk)]
+    assert b"".join(c.data for c in chunks) == stream
+    assert [c.offset for c in chunks] == list(itertools.accumulate([0] + [len(c.data) for c in chunks[:-1]]))
+    assert not [e for e in reasm.out if isinstance(e, StreamGap)]
