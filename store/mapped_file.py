@@ -36,8 +36,16 @@ class MappedFile:
         self.path = path
         self.file_size = file_size
         self.file_from_offset = int(path.name)
-        flags = os.O_RDWR | (os.O_CREAT if create else 0)
-        self._fd = os.open(path, flags, 0o644)
+        if create and not path.exists():
+            # sized under a temporary name, then renamed: a crash never leaves a short segment
+            tmp = path.with_name(path.name + ".tmp")
+            fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                os.ftruncate(fd, file_size)
+            finally:
+                os.close(fd)
+            os.rename(tmp, path)
+        self._fd = os.open(path, os.O_RDWR, 0o644)
         try:
             if os.fstat(self._fd).st_size != file_size:
                 os.ftruncate(self._fd, file_size)
