@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import re
+import socket
 
 import pytest
 
 from rmqgate.compat_tests.wire_client import dumps, heartbeat_body, java_hash, loads, wait_until
 from rmqgate.wire.codes import LanguageCode, RequestCode, ResponseCode, SerializeType
+from rmqgate.wire.frame import encode_frame
 
 SERIALIZATIONS = [
     pytest.param(SerializeType.JSON, id="json"),
@@ -224,3 +226,34 @@ def test_topic_stats_and_consume_stats(cluster, uniq, make_topic, broker):
     assert sorted(int(x) for x in re.findall(r'"brokerOffset"\s*:\s*(\d+)', text)) == [0, 3]
     assert "2" in re.findall(r'"consumerOffset"\s*:\s*(\d+)', text)
     assert '"consumeTps"' in text
+
+
+def test_5x_heartbeat_fields_accepted(cluster, uniq, make_topic):
+    """5.3.3 clients (header version 479) add heartbeatFingerprint / isWithoutSub to HeartbeatData."""
+    topic = make_topic(uniq())
+    group, client_id = uniq("g"), uniq("client5")
+    body = loads(heartbeat_body(client_id, consumers=[{"group": group, "topics": {topic: "*"}}]))
+    body["heartbeatFingerprint"] = 123456789
+    body["isWithoutSub"] = False
+    with cluster.broker_client(version=479) as c:
+        resp = c.invoke(RequestCode.HEART_BEAT, body=dumps(body))
+        assert resp.code == ResponseCode.SUCCESS
+        assert loads(consumer_list(c, group).body)["consumerIdList"] == [client_id]
+
+
+def test_slow_reader_does_not_stall_others(cluster):
+    """A client that pipelines requests and never reads its answers must not block other clients."""
+    with cluster.broker_client() as hog, cluster.broker_client() as other:
+        hog.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        frame = encode_frame(hog.command(RequestCode.GET_ALL_TOPIC_CONFIG))
+        hog.sock.setblocking(False)
+        pending = b""
+        for _ in range(20):
+            try:
+                for _ in range(100):
+                    pending += frame
+                    sent = hog.sock.send(pending)
+                    pending = pending[sent:]
+            except BlockingIOError:
+                pass  # the server stopped reading from us: backpressure, fine
+            assert other.invoke(RequestCode.GET_BROKER_RUNTIME_INFO, timeout=10).code == ResponseCode.SUCCESS

@@ -328,3 +328,13 @@ def test_lite_pull_code_served_like_pull(cluster, uniq, make_topic, broker, code
     )
     assert resp.code == ResponseCode.SUCCESS
     assert [bytes(m.body) for m in decode_messages(resp.body)] == [b"lite"]
+
+
+def test_5x_pull_fields_accepted(cluster, uniq, make_topic):
+    """5.3.3 clients send maxMsgBytes (and header version 479) on PULL_MESSAGE; 4.9 ignores it."""
+    topic = make_topic(uniq(), queues=1)
+    with cluster.broker_client(version=479) as c:
+        c.send_message(topic, b"five")
+        resp = pull_all(c, uniq("g"), topic, 0, extra={"maxMsgBytes": 1 << 20, "bname": cluster.broker_name})
+        assert resp.code == ResponseCode.SUCCESS
+        assert [bytes(m.body) for m in decode_messages(resp.body)] == [b"five"]
