@@ -1,4 +1,4 @@
-"""JSON bodies as fastjson writes and reads them, plus typed access to extFields.
+"""JSON bodies as fastjson writes and reads them (rmqgate.wire.fastjson), plus extFields access.
 
 fastjson writes bean fields sorted by name, skips nulls, and writes maps with integer keys as bare
 numbers (``{0:"addr"}``) unless asked for standard JSON (PROTOCOL.md §6). Readers accept both.
@@ -6,84 +6,32 @@ numbers (``{0:"addr"}``) unless asked for standard JSON (PROTOCOL.md §6). Reade
 
 from __future__ import annotations
 
-import json
-import re
 from typing import Any
 
+from rmqgate.wire import fastjson
 from rmqgate.wire.errors import BodyError, HeaderFieldError
 from rmqgate.wire.header import parse_bool
 
-_encode_str = json.JSONEncoder(ensure_ascii=False).encode
-_encode_str_ascii = json.JSONEncoder(ensure_ascii=True).encode
+
+def dumpb(obj: Any, *, standard: bool = False) -> bytes:
+    """Compact fastjson-style JSON, keys sorted. ``standard``: BrowserCompatible + QuoteFieldNames
+    (integer keys quoted, non-ASCII escaped); otherwise integer keys stay bare like fastjson's default."""
+    return fastjson.dumps(obj, quoted_keys=standard)
 
 
 def dumps(obj: Any, *, standard: bool = False) -> str:
-    """Compact fastjson-style JSON. ``standard``: quote integer keys and escape non-ASCII
-    (BrowserCompatible + QuoteFieldNames); otherwise integer keys stay bare like fastjson's default."""
-    enc = _encode_str_ascii if standard else _encode_str
-    out: list[str] = []
-    _dump(obj, out, enc, standard)
-    return "".join(out)
-
-
-def dumpb(obj: Any, *, standard: bool = False) -> bytes:
-    return dumps(obj, standard=standard).encode()
-
-
-def _dump(obj: Any, out: list[str], enc: Any, standard: bool) -> None:
-    if isinstance(obj, dict):
-        out.append("{")
-        first = True
-        for key, value in obj.items():
-            if value is None:
-                continue
-            if not first:
-                out.append(",")
-            first = False
-            if isinstance(key, int) and not isinstance(key, bool):
-                out.append(f'"{key}":' if standard else f"{key}:")
-            else:
-                out.append(enc(str(key)))
-                out.append(":")
-            _dump(value, out, enc, standard)
-        out.append("}")
-    elif isinstance(obj, list | tuple | set | frozenset):
-        out.append("[")
-        for i, value in enumerate(obj):
-            if i:
-                out.append(",")
-            _dump(value, out, enc, standard)
-        out.append("]")
-    elif obj is True:
-        out.append("true")
-    elif obj is False:
-        out.append("false")
-    elif obj is None:
-        out.append("null")
-    elif isinstance(obj, int | float):
-        out.append(str(obj))
-    else:
-        out.append(enc(str(obj)))
-
-
-_BARE_KEY = re.compile(r"([{,]\s*)(-?\d+)(\s*:)")
+    return dumpb(obj, standard=standard).decode()
 
 
 def loads(data: bytes | bytearray | memoryview | str | None, what: str = "body") -> Any:
-    """Parse JSON from a Java peer; bare integer map keys (fastjson default) are accepted."""
+    """Parse JSON from a Java peer; bare integer / object map keys (fastjson default) are accepted."""
     if data is None:
         raise BodyError(f"{what}: missing JSON body")
     try:
-        text = data if isinstance(data, str) else str(data, "utf-8")
-    except UnicodeDecodeError as exc:
-        raise BodyError(f"{what}: body is not UTF-8: {exc.reason}") from None
-    try:
-        return json.loads(text)
-    except ValueError:
-        pass
-    try:
-        return json.loads(_BARE_KEY.sub(r'\1"\2"\3', text))
-    except ValueError as exc:
+        return fastjson.loads(data)
+    except BodyError as exc:
+        raise BodyError(f"{what}: {exc}") from None
+    except (ValueError, UnicodeDecodeError) as exc:
         raise BodyError(f"{what}: body is not valid JSON: {exc}") from None
 
 

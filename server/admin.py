@@ -1,0 +1,291 @@
+"""Broker admin codes the stock mqadmin tool uses (``AdminBrokerProcessor``): topics, subscription
+groups, offsets and stats, runtime info, connections."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from rmqgate.server.jsonbody import dumpb, loads_object
+from rmqgate.server.remoting import Channel, RequestProcessor
+from rmqgate.server.topics import (
+    AUTO_CREATE_TOPIC_KEY_TOPIC,
+    BENCHMARK_TOPIC,
+    OFFSET_MOVED_EVENT,
+    SELF_TEST_TOPIC,
+    default_group_config,
+    topic_config,
+    validate_topic,
+)
+from rmqgate.store.api import SCHEDULE_TOPIC
+from rmqgate.wire.codes import LanguageCode, RequestCode, ResponseCode
+from rmqgate.wire.command import RemotingCommand
+from rmqgate.wire.errors import BodyError
+from rmqgate.wire.fastjson import ObjectKey
+from rmqgate.wire.headers import (
+    CreateTopicRequestHeader,
+    DeleteSubscriptionGroupRequestHeader,
+    DeleteTopicRequestHeader,
+    GetConsumerConnectionListRequestHeader,
+    GetConsumeStatsRequestHeader,
+    GetProducerConnectionListRequestHeader,
+    GetTopicStatsInfoRequestHeader,
+)
+
+if TYPE_CHECKING:
+    from rmqgate.server.broker import BrokerController
+
+R = RequestCode
+_LANG = {int(lang): lang.name for lang in LanguageCode}
+
+
+def _mq(topic: str, broker_name: str, queue_id: int) -> ObjectKey:
+    return ObjectKey.of({"brokerName": broker_name, "queueId": queue_id, "topic": topic})
+
+
+class AdminBrokerProcessor(RequestProcessor):
+    codes: ClassVar[tuple[int, ...]] = (
+        R.UPDATE_AND_CREATE_TOPIC,
+        R.DELETE_TOPIC_IN_BROKER,
+        R.GET_ALL_TOPIC_CONFIG,
+        R.GET_BROKER_RUNTIME_INFO,
+        R.GET_TOPIC_STATS_INFO,
+        R.GET_CONSUME_STATS,
+        R.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
+        R.GET_ALL_SUBSCRIPTIONGROUP_CONFIG,
+        R.DELETE_SUBSCRIPTIONGROUP,
+        R.GET_ALL_CONSUMER_OFFSET,
+        R.GET_ALL_DELAY_OFFSET,
+        R.GET_CONSUMER_CONNECTION_LIST,
+        R.GET_PRODUCER_CONNECTION_LIST,
+        R.GET_BROKER_CONFIG,
+        R.QUERY_TOPIC_CONSUME_BY_WHO,
+        R.GET_SYSTEM_TOPIC_LIST_FROM_BROKER,
+    )
+
+    def __init__(self, broker: BrokerController) -> None:
+        self.broker = broker
+        self.store = broker.store
+        self.boot_timestamp = int(time.time() * 1000)
+        self._handlers = {
+            R.UPDATE_AND_CREATE_TOPIC: self.update_and_create_topic,
+            R.DELETE_TOPIC_IN_BROKER: self.delete_topic,
+            R.GET_ALL_TOPIC_CONFIG: self.get_all_topic_config,
+            R.GET_BROKER_RUNTIME_INFO: self.get_broker_runtime_info,
+            R.GET_TOPIC_STATS_INFO: self.get_topic_stats_info,
+            R.GET_CONSUME_STATS: self.get_consume_stats,
+            R.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: self.update_and_create_subscription_group,
+            R.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: self.get_all_subscription_group_config,
+            R.DELETE_SUBSCRIPTIONGROUP: self.delete_subscription_group,
+            R.GET_ALL_CONSUMER_OFFSET: self.get_all_consumer_offset,
+            R.GET_ALL_DELAY_OFFSET: self.get_all_delay_offset,
+            R.GET_CONSUMER_CONNECTION_LIST: self.get_consumer_connection_list,
+            R.GET_PRODUCER_CONNECTION_LIST: self.get_producer_connection_list,
+            R.GET_BROKER_CONFIG: self.get_broker_config,
+            R.QUERY_TOPIC_CONSUME_BY_WHO: self.query_topic_consume_by_who,
+            R.GET_SYSTEM_TOPIC_LIST_FROM_BROKER: self.get_system_topic_list,
+        }
+
+    def process(self, channel: Channel, request: RemotingCommand) -> RemotingCommand:
+        return self._handlers[request.code](channel, request)
+
+    # -- topics --
+    def update_and_create_topic(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
+        h = CreateTopicRequestHeader.from_ext(req.ext_fields or {})
+        if h.topic == self.broker.config.brokerClusterName:
+            return req.response(
+                ResponseCode.SYSTEM_ERROR, f"the topic[{h.topic}] is conflict with system reserved words."
+            )
+        error = validate_topic(h.topic)
+        if error is not None:
+            return req.response(ResponseCode.SYSTEM_ERROR, error)
+        tc = topic_config(
+            h.topic, h.read_queue_nums, h.write_queue_nums, h.perm,
+            filter_type=h.topic_filter_type or "SINGLE_TAG", sys_flag=h.topic_sys_flag or 0, order=h.order,
+        )  # fmt: skip
+        self.broker.topics.put(tc)
+        # Java answers SUCCESS but leaves createResponseCommand's default remark in place.
+        return req.response(ResponseCode.SUCCESS, "not set any response code")
+
+    def delete_topic(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
+        h = DeleteTopicRequestHeader.from_ext(req.ext_fields or {})
+        self.broker.topics.delete(h.topic)
+        self.store.delete_topics([h.topic])
+        return req.response(ResponseCode.SUCCESS)
+
+    def get_all_topic_config(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
+        return req.response(ResponseCode.SUCCESS, body=dumpb(self.broker.topics.wrapper()))
+
+    def get_system_topic_list(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
+        c = self.broker.config
+        topics = [
+            SELF_TEST_TOPIC,
+            AUTO_CREATE_TOPIC_KEY_TOPIC,
+            BENCHMARK_TOPIC,
+            OFFSET_MOVED_EVENT,
+            SCHEDULE_TOPIC,
+        ]
+        topics += [c.brokerClusterName, c.brokerName]
+        return req.response(ResponseCode.SUCCESS, body=dumpb({"topicList": topics}))
+
+    def get_topic_stats_info(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
+        h = GetTopicStatsInfoRequestHeader.from_ext(req.ext_fields or {})
+        tc = self.broker.topics.get(h.topic)
+        if tc is None:
+            return req.response(ResponseCode.TOPIC_NOT_EXIST, f"topic[{h.topic}] not exist")
+        name = self.broker.config.brokerName
+        table: dict[Any, Any] = {}
+        for qid in range(tc["writeQueueNums"]):
+            max_off = max(0, self.store.get_max_offset_in_queue(h.topic, qid))
+            min_off = max(0, self.store.get_min_offset_in_queue(h.topic, qid))
+            last = self.store.get_message_store_timestamp(h.topic, qid, max_off - 1) if max_off > 0 else 0
+            table[_mq(h.topic, name, qid)] = {
+                "lastUpdateTimestamp": last,
+                "maxOffset": max_off,
+                "minOffset": min_off,
+            }
+        return req.response(ResponseCode.SUCCESS, body=dumpb({"offsetTable": table}))
+
+    def get_consume_stats(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
+        h = GetConsumeStatsRequestHeader.from_ext(req.ext_fields or {})
+        broker = self.broker
+        if h.topic:
+            topics = [h.topic]
+        else:
+            suffix = "@" + h.consumer_group
+            topics = sorted({k[: -len(suffix)] for k in self.store.meta.offset_table() if k.endswith(suffix)})
+        cgi = broker.consumers.find(h.consumer_group)
+        table: dict[Any, Any] = {}
+        for topic in topics:
+            tc = broker.topics.get(topic)
+            if tc is None:
+                continue
+            if cgi is not None and cgi.subscriptions and topic not in cgi.subscriptions:
+                continue
+            for qid in range(tc["readQueueNums"]):
+                broker_off = max(0, self.store.get_max_offset_in_queue(topic, qid))
+                consumer_off = max(0, self.store.meta.query_offset(h.consumer_group, topic, qid))
+                last = (
+                    self.store.get_message_store_timestamp(topic, qid, consumer_off - 1)
+                    if consumer_off > 0
+                    else 0
+                )
+                table[_mq(topic, broker.config.brokerName, qid)] = {
+                    "brokerOffset": broker_off,
+                    "consumerOffset": consumer_off,
+                    "lastTimestamp": last,
+                }
+        return req.response(ResponseCode.SUCCESS, body=dumpb({"consumeTps": 0.0, "offsetTable": table}))
+
+    # -- subscription groups and offsets --
+    def update_and_create_subscription_group(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
+        body = loads_object(req.body, "SubscriptionGroupConfig")
+        name = body.get("groupName")
+        if not name:
+            raise BodyError("SubscriptionGroupConfig: groupName is missing")
+        self.broker.subscription_groups.put({**default_group_config(str(name)), **body})
+        return req.response(ResponseCode.SUCCESS)
+
+    def get_all_subscription_group_config(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
+        return req.response(ResponseCode.SUCCESS, body=dumpb(self.broker.subscription_groups.wrapper()))
+
+    def delete_subscription_group(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
+        h = DeleteSubscriptionGroupRequestHeader.from_ext(req.ext_fields or {})
+        self.broker.subscription_groups.delete(h.group_name)
+        if h.remove_offset:
+            self.store.meta.remove_offsets(group=h.group_name)
+        return req.response(ResponseCode.SUCCESS)
+
+    def get_all_consumer_offset(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
+        return req.response(ResponseCode.SUCCESS, body=dumpb({"offsetTable": self.store.meta.offset_table()}))
+
+    def get_all_delay_offset(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
+        return req.response(
+            ResponseCode.SUCCESS, body=dumpb({"offsetTable": self.store.meta.delay_offsets()})
+        )
+
+    def query_topic_consume_by_who(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
+        topic = (req.ext_fields or {}).get("topic", "")
+        groups = {g for g, cgi in self.broker.consumers.groups.items() if topic in cgi.subscriptions}
+        groups |= {
+            k.partition("@")[2] for k in self.store.meta.offset_table() if k.partition("@")[0] == topic
+        }
+        return req.response(ResponseCode.SUCCESS, body=dumpb({"groupList": sorted(groups)}))
+
+    # -- connections --
+    def get_consumer_connection_list(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
+        h = GetConsumerConnectionListRequestHeader.from_ext(req.ext_fields or {})
+        cgi = self.broker.consumers.find(h.consumer_group)
+        if cgi is None:
+            return req.response(
+                ResponseCode.CONSUMER_NOT_ONLINE, f"the consumer group[{h.consumer_group}] not online"
+            )
+        body = {
+            "connectionSet": [
+                {
+                    "clientAddr": info.channel.remote_addr,
+                    "clientId": info.client_id,
+                    "language": _LANG.get(info.language, "OTHER"),
+                    "version": info.version,
+                }
+                for info in cgi.channels.values()
+            ],
+            "consumeFromWhere": cgi.consume_from_where,
+            "consumeType": cgi.consume_type,
+            "messageModel": cgi.message_model,
+            "subscriptionTable": {t: s.to_json() for t, s in cgi.subscriptions.items()},
+        }
+        return req.response(ResponseCode.SUCCESS, body=dumpb(body))
+
+    def get_producer_connection_list(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
+        h = GetProducerConnectionListRequestHeader.from_ext(req.ext_fields or {})
+        channels = self.broker.producers.groups.get(h.producer_group)
+        if not channels:
+            return req.response(
+                ResponseCode.SYSTEM_ERROR, f"the producer group[{h.producer_group}] not exist"
+            )
+        body = {
+            "connectionSet": [
+                {
+                    "clientAddr": info.channel.remote_addr,
+                    "clientId": info.client_id,
+                    "language": _LANG.get(info.language, "OTHER"),
+                    "version": info.version,
+                }
+                for info in channels.values()
+            ]
+        }
+        return req.response(ResponseCode.SUCCESS, body=dumpb(body))
+
+    # -- broker --
+    def get_broker_runtime_info(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
+        store = self.store
+        table = {
+            "brokerVersionDesc": "V4_9_8",
+            "brokerVersion": "409",
+            "bootTimestamp": str(self.boot_timestamp),
+            "runtime": f"[ {int(time.time() - self.boot_timestamp / 1000)} s ]",
+            "msgPutTotalTodayNow": "0",
+            "msgGetTotalTodayNow": "0",
+            "msgPutTotalYesterdayMorning": "0",
+            "msgGetTotalYesterdayMorning": "0",
+            "msgPutTotalTodayMorning": "0",
+            "msgGetTotalTodayMorning": "0",
+            "putTps": "0.0 0.0 0.0",
+            "getTransferedTps": "0.0 0.0 0.0",
+            "commitLogMinOffset": str(store.get_min_phy_offset()),
+            "commitLogMaxOffset": str(store.get_max_phy_offset()),
+            "earliestMessageTimeStamp": "0",
+            "pullThreadPoolQueueSize": "0",
+            "sendThreadPoolQueueSize": "0",
+            "brokerClusterName": self.broker.config.brokerClusterName,
+            "brokerName": self.broker.config.brokerName,
+        }
+        table.update({k: str(v) for k, v in store.runtime_info().items()})
+        return req.response(ResponseCode.SUCCESS, body=dumpb({"table": table}))
+
+    def get_broker_config(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
+        props = self.broker.config.to_properties()
+        body = "".join(f"{k}={v}\n" for k, v in sorted(props.items())).encode()
+        version = dumpb(self.broker.topics.data_version).decode()
+        return req.response(ResponseCode.SUCCESS, ext_fields={"version": version}, body=body)

@@ -1,0 +1,214 @@
+"""BrokerController: the store, the topic/group/client tables, one processor per request family, the
+name-server registration loop (at start, every registerNameServerPeriod, at once after topic changes)
+and the client-channel expiry scan.
+
+Processors for later issues plug into ``extra_processors`` (transactions: END_TRANSACTION;
+retry: CONSUMER_SEND_MSG_BACK); anything unregistered answers REQUEST_CODE_NOT_SUPPORTED.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import zlib
+from collections.abc import Iterable
+
+from rmqgate.server.admin import AdminBrokerProcessor
+from rmqgate.server.client import RemotingClient
+from rmqgate.server.config import BrokerConfig
+from rmqgate.server.consumer import (
+    ClientManageProcessor,
+    ConsumerManageProcessor,
+    ConsumerManager,
+    LockProcessor,
+    ProducerManager,
+    RebalanceLockManager,
+)
+from rmqgate.server.namesrv import encode_register_body
+from rmqgate.server.offsets import OffsetProcessor
+from rmqgate.server.pull import PullMessageProcessor
+from rmqgate.server.query import QueryMessageProcessor
+from rmqgate.server.remoting import Channel, RemotingServer, RequestProcessor
+from rmqgate.server.send import SendMessageProcessor
+from rmqgate.server.topics import SubscriptionGroupManager, TopicConfigManager
+from rmqgate.store.api import MessageStore, open_store
+from rmqgate.wire.codes import RequestCode, ResponseCode
+from rmqgate.wire.command import RemotingCommand
+
+log = logging.getLogger("rmqgate.server.broker")
+
+
+class BrokerController:
+    def __init__(
+        self,
+        config: BrokerConfig,
+        store: MessageStore | None = None,
+        *,
+        listen_host: str = "0.0.0.0",
+        idle_timeout: float = 120.0,
+        extra_processors: Iterable[RequestProcessor] = (),
+        scan_interval: float = 10.0,
+    ) -> None:
+        self.config = config
+        self.store = store if store is not None else open_store(config.store_config())
+        self.topics = TopicConfigManager(config, self.store.meta)
+        self.subscription_groups = SubscriptionGroupManager(config, self.store.meta)
+        self.consumers = ConsumerManager(self.notify_consumer_ids_changed)
+        self.producers = ProducerManager()
+        self.locks = RebalanceLockManager()
+        self.topics.on_change = self.request_register
+        self.send_processor = SendMessageProcessor(self)
+        self.pull_processor = PullMessageProcessor(self)
+        processors: list[RequestProcessor] = [
+            self.send_processor,
+            self.pull_processor,
+            ClientManageProcessor(self),
+            ConsumerManageProcessor(self),
+            LockProcessor(self),
+            OffsetProcessor(self),
+            QueryMessageProcessor(self),
+            AdminBrokerProcessor(self),
+            *extra_processors,
+        ]
+        self.server = RemotingServer(
+            listen_host, config.listenPort, processors, idle_timeout=idle_timeout, name="broker"
+        )
+        self.scan_interval = scan_interval
+        self._namesrv_clients: dict[str, RemotingClient] = {}
+        self._register_now = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._watched: set[int] = set()
+        self.registered: dict[str, int] = {}  # namesrv addr -> number of successful registrations
+
+    # -- lifecycle --
+    async def start(self) -> None:
+        await self.server.start()
+        if self.config.listenPort == 0:  # ephemeral port (tests): advertise the real one
+            self.config.listenPort = self.server.port
+            self.store.config.store_port = self.server.port
+        loop = asyncio.get_running_loop()
+        self.pull_processor.hold.bind(loop)
+        await self.register_all()
+        self._tasks.append(loop.create_task(self._register_loop()))
+        self._tasks.append(loop.create_task(self._scan_loop()))
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks.clear()
+        self.pull_processor.stop()
+        await self.unregister_all()
+        for client in self._namesrv_clients.values():
+            client.close()
+        self._namesrv_clients.clear()
+        await self.server.stop()
+        self.store.shutdown()
+
+    @property
+    def port(self) -> int:
+        return self.server.port
+
+    # -- clients --
+    def watch_channel(self, channel: Channel) -> None:
+        """Drop a client's producer/consumer registrations when its connection closes."""
+        if channel.attrs.get("broker_watch"):
+            return
+        channel.attrs["broker_watch"] = True
+        channel.add_close_listener(self._channel_closed)
+
+    def _channel_closed(self, channel: Channel) -> None:
+        self.consumers.channel_closed(channel)
+        self.producers.channel_closed(channel)
+
+    def notify_consumer_ids_changed(self, group: str, channels: list[Channel]) -> None:
+        for channel in channels:
+            if not channel.closed:
+                channel.send_oneway(
+                    RemotingCommand.request(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, {"consumerGroup": group})
+                )
+
+    async def _scan_loop(self) -> None:
+        timeout = self.config.channelExpiredTimeout / 1000.0
+        while True:
+            await asyncio.sleep(self.scan_interval)
+            try:
+                self.consumers.scan_expired(timeout)
+                self.producers.scan_expired(timeout)
+            except Exception:
+                log.exception("client channel scan failed")
+
+    # -- name server registration --
+    def request_register(self) -> None:
+        self._register_now.set()
+
+    async def _register_loop(self) -> None:
+        period = max(10.0, min(self.config.registerNameServerPeriod / 1000.0, 60.0))
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._register_now.wait(), period)
+            self._register_now.clear()
+            await self.register_all()
+
+    def _header(self) -> dict[str, str]:
+        c = self.config
+        return {
+            "brokerName": c.brokerName,
+            "brokerAddr": c.broker_addr,
+            "clusterName": c.brokerClusterName,
+            "brokerId": str(c.brokerId),
+        }
+
+    async def _client(self, addr: str) -> RemotingClient:
+        client = self._namesrv_clients.get(addr)
+        if client is None or client.closed:
+            client = await RemotingClient.connect_addr(addr)
+            self._namesrv_clients[addr] = client
+        return client
+
+    async def register_all(self) -> None:
+        addrs = self.config.namesrv_addrs
+        if not addrs:
+            return
+        c = self.config
+        body = encode_register_body(
+            self.topics.wrapper()["topicConfigTable"],
+            self.topics.data_version,
+            [],
+            compressed=c.compressedRegister,
+        )
+        ext = self._header()
+        ext["haServerAddr"] = f"{c.brokerIP2 or c.brokerIP1}:{c.listenPort + 1}"
+        ext["compressed"] = "true" if c.compressedRegister else "false"
+        ext["bodyCrc32"] = str(zlib.crc32(body) & 0x7FFFFFFF)
+        timeout = c.registerBrokerTimeoutMills / 1000.0
+        await asyncio.gather(*(self._register_one(addr, ext, body, timeout) for addr in addrs))
+
+    async def _register_one(self, addr: str, ext: dict[str, str], body: bytes, timeout: float) -> None:
+        try:
+            client = await self._client(addr)
+            resp = await client.invoke(
+                RemotingCommand.request(RequestCode.REGISTER_BROKER, dict(ext), body), timeout
+            )
+        except (OSError, TimeoutError, ConnectionError) as exc:
+            log.warning("register to name server %s failed: %s", addr, exc)
+            return
+        if resp.code != ResponseCode.SUCCESS:
+            log.warning("name server %s refused the registration: %s %s", addr, resp.code, resp.remark)
+            return
+        self.registered[addr] = self.registered.get(addr, 0) + 1
+
+    async def unregister_all(self) -> None:
+        for addr in self.config.namesrv_addrs:
+            client = self._namesrv_clients.get(addr)
+            if client is None or client.closed:
+                continue
+            try:
+                await client.invoke(
+                    RemotingCommand.request(RequestCode.UNREGISTER_BROKER, self._header()), 3.0
+                )
+            except (OSError, TimeoutError, ConnectionError) as exc:
+                log.warning("unregister from name server %s failed: %s", addr, exc)

@@ -1,0 +1,167 @@
+"""Broker configuration: RocketMQ's ``BrokerConfig``/``MessageStoreConfig`` keys with their defaults.
+
+``load_broker_conf`` reads a Java properties file (broker.conf); unknown keys are kept in
+``extra`` and ignored. ``store_config`` derives the store's ``StoreConfig``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import socket
+from dataclasses import dataclass, field
+from typing import Any
+
+from rmqgate.store.api import DEFAULT_DELAY_LEVELS, StoreConfig
+
+
+def _default_broker_name() -> str:
+    try:
+        return socket.gethostname() or "DEFAULT_BROKER"
+    except OSError:
+        return "DEFAULT_BROKER"
+
+
+@dataclass
+class BrokerConfig:
+    brokerClusterName: str = "DefaultCluster"
+    brokerName: str = field(default_factory=_default_broker_name)
+    brokerId: int = 0
+    namesrvAddr: str | None = None
+    listenPort: int = 10911
+    brokerIP1: str = "127.0.0.1"
+    brokerIP2: str | None = None
+    brokerPermission: int = 6
+    regionId: str = "DefaultRegion"
+    traceOn: bool = True
+    storePathRootDir: str = os.path.join(os.path.expanduser("~"), ".rmqgate", "store")
+    storePathCommitLog: str | None = None
+    flushDiskType: str = "ASYNC_FLUSH"
+    brokerRole: str = "ASYNC_MASTER"
+    autoCreateTopicEnable: bool = True
+    autoCreateSubscriptionGroup: bool = True
+    defaultTopicQueueNums: int = 8
+    clusterTopicEnable: bool = True
+    brokerTopicEnable: bool = True
+    traceTopicEnable: bool = False
+    msgTraceTopicName: str = "RMQ_SYS_TRACE_TOPIC"
+    registerNameServerPeriod: int = 30_000
+    registerBrokerTimeoutMills: int = 6000
+    compressedRegister: bool = False
+    forceRegister: bool = True
+    longPollingEnable: bool = True
+    shortPollingTimeMills: int = 1000
+    notifyConsumerIdsChangedEnable: bool = True
+    channelExpiredTimeout: int = 120_000
+    transactionTimeOut: int = 6000
+    transactionCheckMax: int = 15
+    transactionCheckInterval: int = 60_000
+    messageDelayLevel: str = DEFAULT_DELAY_LEVELS
+    maxMessageSize: int = 4 * 1024 * 1024
+    mappedFileSizeCommitLog: int = 1024 * 1024 * 1024
+    mappedFileSizeConsumeQueue: int = 300_000 * 20
+    maxHashSlotNum: int = 5_000_000
+    maxIndexNum: int = 5_000_000 * 4
+    messageIndexEnable: bool = True
+    flushIntervalCommitLog: int = 500
+    flushIntervalConsumeQueue: int = 1000
+    syncFlushTimeout: int = 5000
+    fileReservedTime: int = 72
+    deleteWhen: str = "04"
+    diskMaxUsedSpaceRatio: int = 75
+    maxTransferCountOnMessageInMemory: int = 32
+    maxTransferBytesOnMessageInMemory: int = 256 * 1024
+    defaultQueryMaxNum: int = 32
+    rejectTransactionMessage: bool = False
+    extra: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def broker_addr(self) -> str:
+        return f"{self.brokerIP1}:{self.listenPort}"
+
+    @property
+    def namesrv_addrs(self) -> list[str]:
+        return [a.strip() for a in re.split(r"[;,]", self.namesrvAddr or "") if a.strip()]
+
+    def set(self, key: str, value: str) -> None:
+        """Set a key from its text form (broker.conf / command line)."""
+        f = _FIELDS.get(key)
+        if f is None:
+            self.extra[key] = value
+            return
+        kind = f.type if isinstance(f.type, type) else str(f.type)
+        value = value.strip()
+        converted: Any
+        if kind in (int, "int"):
+            converted = int(value)
+        elif kind in (bool, "bool"):
+            converted = value.lower() == "true"
+        else:
+            converted = value
+        setattr(self, key, converted)
+
+    def store_config(self) -> StoreConfig:
+        return StoreConfig(
+            store_path_root_dir=self.storePathRootDir,
+            mapped_file_size_commitlog=self.mappedFileSizeCommitLog,
+            mapped_file_size_consume_queue=self.mappedFileSizeConsumeQueue,
+            max_hash_slot_num=self.maxHashSlotNum,
+            max_index_num=self.maxIndexNum,
+            message_index_enable=self.messageIndexEnable,
+            flush_disk_type=self.flushDiskType,
+            flush_interval_commitlog=self.flushIntervalCommitLog,
+            flush_interval_consume_queue=self.flushIntervalConsumeQueue,
+            sync_flush_timeout=self.syncFlushTimeout,
+            file_reserved_time=self.fileReservedTime,
+            delete_when=self.deleteWhen,
+            disk_max_used_space_ratio=self.diskMaxUsedSpaceRatio,
+            max_message_size=self.maxMessageSize,
+            max_transfer_count_on_message_in_memory=self.maxTransferCountOnMessageInMemory,
+            max_transfer_bytes_on_message_in_memory=self.maxTransferBytesOnMessageInMemory,
+            default_query_max_num=self.defaultQueryMaxNum,
+            message_delay_level=self.messageDelayLevel,
+            store_host=self.brokerIP1,
+            store_port=self.listenPort,
+        )
+
+    def to_properties(self) -> dict[str, str]:
+        out = {}
+        for f in dataclasses.fields(self):
+            if f.name == "extra":
+                continue
+            value = getattr(self, f.name)
+            if value is None:
+                continue
+            out[f.name] = "true" if value is True else "false" if value is False else str(value)
+        return out
+
+
+_FIELDS = {f.name: f for f in dataclasses.fields(BrokerConfig) if f.name != "extra"}
+
+
+def parse_properties_text(text: str) -> dict[str, str]:
+    """Java ``Properties.load`` for the simple files brokers use: ``key=value`` / ``key: value``,
+    ``#``/``!`` comments, backslash line continuations."""
+    out: dict[str, str] = {}
+    lines = iter(text.splitlines())
+    for line in lines:
+        line = line.strip()
+        while line.endswith("\\"):
+            line = line[:-1] + next(lines, "").strip()
+        if not line or line[0] in "#!":
+            continue
+        m = re.match(r"([^=:\s]+)\s*[=:\s]\s*(.*)$", line)
+        if m:
+            out[m.group(1)] = m.group(2).strip()
+        else:
+            out[line] = ""
+    return out
+
+
+def load_broker_conf(path: str, config: BrokerConfig | None = None) -> BrokerConfig:
+    config = config or BrokerConfig()
+    with open(path, encoding="utf-8") as f:
+        for key, value in parse_properties_text(f.read()).items():
+            config.set(key, value)
+    return config

@@ -1,0 +1,399 @@
+"""Client management: producer/consumer tables, heartbeats, consumer-id change notices, queue locks.
+
+``ClientManageProcessor`` serves HEART_BEAT, UNREGISTER_CLIENT and CHECK_CLIENT_CONFIG;
+``ConsumerManageProcessor`` GET_CONSUMER_LIST_BY_GROUP; ``LockProcessor`` LOCK_BATCH_MQ /
+UNLOCK_BATCH_MQ on a RebalanceLockManager-style table (locks expire after 60 s). A group's clients get
+NOTIFY_CONSUMER_IDS_CHANGED (oneway) when a client joins or leaves it or its subscriptions change.
+Channels without a heartbeat for 120 s are closed and dropped.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from rmqgate.server.jsonbody import dumpb, loads_object
+from rmqgate.server.remoting import Channel, RequestProcessor
+from rmqgate.server.topics import PERM_RW, RETRY_GROUP_TOPIC_PREFIX, TOPIC_SYS_FLAG_UNIT_SUB
+from rmqgate.wire.codes import RequestCode, ResponseCode
+from rmqgate.wire.command import RemotingCommand
+from rmqgate.wire.errors import BodyError
+from rmqgate.wire.headers import GetConsumerListByGroupRequestHeader, UnregisterClientRequestHeader
+from rmqgate.wire.message import java_string_hash
+
+if TYPE_CHECKING:
+    from rmqgate.server.broker import BrokerController
+
+log = logging.getLogger("rmqgate.server.consumer")
+
+CONSUME_TYPES = ("CONSUME_ACTIVELY", "CONSUME_PASSIVELY")
+MESSAGE_MODELS = ("BROADCASTING", "CLUSTERING")
+CONSUME_FROM_WHERE = (
+    "CONSUME_FROM_LAST_OFFSET",
+    "CONSUME_FROM_LAST_OFFSET_AND_FROM_MIN_WHEN_BOOT_FIRST",
+    "CONSUME_FROM_MIN_OFFSET",
+    "CONSUME_FROM_MAX_OFFSET",
+    "CONSUME_FROM_FIRST_OFFSET",
+    "CONSUME_FROM_TIMESTAMP",
+)
+SUB_ALL = "*"
+REBALANCE_LOCK_MAX_LIVE_TIME = 60.0
+
+
+def enum_name(value: Any, names: tuple[str, ...], default: str) -> str:
+    """Java names enums by name, the C++ client by ordinal: accept both."""
+    if isinstance(value, str):
+        if value in names:
+            return value
+        if value.lstrip("-").isdigit():
+            value = int(value)
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < len(names):
+        return names[value]
+    return default
+
+
+@dataclass(slots=True)
+class SubscriptionData:
+    topic: str
+    sub_string: str
+    sub_version: int
+    expression_type: str = "TAG"
+    tags_set: list[str] = field(default_factory=list)
+    code_set: set[int] = field(default_factory=set)
+    class_filter_mode: bool = False
+
+    @classmethod
+    def build(
+        cls, topic: str, sub_string: str | None, expression_type: str | None = None, sub_version: int = 0
+    ):
+        """``FilterAPI.build``: tags split on ``||``, each with its Java hash code."""
+        sub = (sub_string or "").strip() or SUB_ALL
+        data = cls(topic, sub, sub_version or int(time.time() * 1000), expression_type or "TAG")
+        if sub != SUB_ALL and data.expression_type == "TAG":
+            for tag in sub.split("||"):
+                tag = tag.strip()
+                if tag:
+                    data.tags_set.append(tag)
+                    data.code_set.add(java_string_hash(tag))
+        return data
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> SubscriptionData:
+        topic = str(obj.get("topic") or "")
+        data = cls.build(
+            topic, obj.get("subString"), obj.get("expressionType"), int(obj.get("subVersion") or 0)
+        )
+        codes = obj.get("codeSet")
+        if codes:  # trust the client's codes when it sends them (Java does)
+            data.code_set = {int(c) for c in codes}
+        data.class_filter_mode = bool(obj.get("classFilterMode", False))
+        return data
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "classFilterMode": self.class_filter_mode,
+            "codeSet": sorted(self.code_set),
+            "expressionType": self.expression_type,
+            "subString": self.sub_string,
+            "subVersion": self.sub_version,
+            "tagsSet": self.tags_set,
+            "topic": self.topic,
+        }
+
+    def matches_all(self) -> bool:
+        return self.sub_string == SUB_ALL or self.expression_type != "TAG"
+
+
+@dataclass(slots=True)
+class ClientChannelInfo:
+    channel: Channel
+    client_id: str
+    language: int
+    version: int
+    last_update: float = field(default_factory=time.monotonic)
+
+
+@dataclass
+class ConsumerGroupInfo:
+    group_name: str
+    consume_type: str
+    message_model: str
+    consume_from_where: str
+    channels: dict[Channel, ClientChannelInfo] = field(default_factory=dict)
+    subscriptions: dict[str, SubscriptionData] = field(default_factory=dict)
+
+    def client_ids(self) -> list[str]:
+        return [info.client_id for info in self.channels.values()]
+
+
+class ConsumerManager:
+    def __init__(self, notify: Any) -> None:
+        self.groups: dict[str, ConsumerGroupInfo] = {}
+        self._notify = notify  # fn(group, channels)
+
+    def find(self, group: str) -> ConsumerGroupInfo | None:
+        return self.groups.get(group)
+
+    def register(
+        self,
+        group: str,
+        info: ClientChannelInfo,
+        consume_type: str,
+        message_model: str,
+        consume_from_where: str,
+        subscriptions: list[SubscriptionData],
+        notify_enabled: bool,
+    ) -> bool:
+        cgi = self.groups.get(group)
+        if cgi is None:
+            cgi = self.groups[group] = ConsumerGroupInfo(
+                group, consume_type, message_model, consume_from_where
+            )
+        cgi.consume_type, cgi.message_model, cgi.consume_from_where = (
+            consume_type,
+            message_model,
+            consume_from_where,
+        )
+        old = cgi.channels.get(info.channel)
+        new_client = old is None or old.client_id != info.client_id
+        if old is None or new_client:
+            cgi.channels[info.channel] = info
+        else:
+            old.last_update = info.last_update
+            old.version, old.language = info.version, info.language
+        changed = False
+        wanted = {s.topic for s in subscriptions}
+        for sub in subscriptions:
+            prev = cgi.subscriptions.get(sub.topic)
+            if prev is None:
+                cgi.subscriptions[sub.topic] = sub
+                changed = True
+            elif sub.sub_version > prev.sub_version:
+                cgi.subscriptions[sub.topic] = sub
+        for topic in list(cgi.subscriptions):
+            if topic not in wanted:
+                del cgi.subscriptions[topic]
+                changed = True
+        if (new_client or changed) and notify_enabled:
+            self._notify(group, list(cgi.channels))
+        return new_client or changed
+
+    def unregister(self, group: str, channel: Channel, notify_enabled: bool) -> None:
+        cgi = self.groups.get(group)
+        if cgi is None:
+            return
+        if cgi.channels.pop(channel, None) is not None:
+            if not cgi.channels:
+                del self.groups[group]
+            elif notify_enabled:
+                self._notify(group, list(cgi.channels))
+
+    def channel_closed(self, channel: Channel) -> None:
+        for group, cgi in list(self.groups.items()):
+            if cgi.channels.pop(channel, None) is None:
+                continue
+            if not cgi.channels:
+                del self.groups[group]
+            else:
+                self._notify(group, list(cgi.channels))
+
+    def scan_expired(self, timeout: float) -> None:
+        deadline = time.monotonic() - timeout
+        for cgi in list(self.groups.values()):
+            for channel, info in list(cgi.channels.items()):
+                if info.last_update < deadline:
+                    log.warning(
+                        "consumer %s of %s: no heartbeat for %.0f s", info.client_id, cgi.group_name, timeout
+                    )
+                    channel.close()
+                    self.channel_closed(channel)
+
+
+class ProducerManager:
+    def __init__(self) -> None:
+        self.groups: dict[str, dict[Channel, ClientChannelInfo]] = {}
+
+    def register(self, group: str, info: ClientChannelInfo) -> None:
+        channels = self.groups.setdefault(group, {})
+        old = channels.get(info.channel)
+        if old is None or old.client_id != info.client_id:
+            channels[info.channel] = info
+        else:
+            old.last_update = info.last_update
+
+    def unregister(self, group: str, channel: Channel) -> None:
+        channels = self.groups.get(group)
+        if channels is not None:
+            channels.pop(channel, None)
+            if not channels:
+                del self.groups[group]
+
+    def channel_closed(self, channel: Channel) -> None:
+        for group in list(self.groups):
+            self.unregister(group, channel)
+
+    def scan_expired(self, timeout: float) -> None:
+        deadline = time.monotonic() - timeout
+        for group, channels in list(self.groups.items()):
+            for channel, info in list(channels.items()):
+                if info.last_update < deadline:
+                    channel.close()
+                    self.unregister(group, channel)
+
+    def any_channel(self, group: str) -> Channel | None:
+        """A live channel of the group (CHECK_TRANSACTION_STATE goes there)."""
+        for channel in self.groups.get(group, {}):
+            if not channel.closed:
+                return channel
+        return None
+
+
+class RebalanceLockManager:
+    """group -> {(topic, brokerName, queueId): (clientId, last update)}; entries expire after 60 s."""
+
+    def __init__(self, max_live: float = REBALANCE_LOCK_MAX_LIVE_TIME) -> None:
+        self.max_live = max_live
+        self.table: dict[str, dict[tuple[str, str, int], list[Any]]] = {}
+
+    def try_lock_batch(
+        self, group: str, mqs: list[tuple[str, str, int]], client_id: str
+    ) -> list[tuple[str, str, int]]:
+        now = time.monotonic()
+        locks = self.table.setdefault(group, {})
+        ok = []
+        for mq in mqs:
+            entry = locks.get(mq)
+            if entry is None or entry[0] == client_id or now - entry[1] > self.max_live:
+                locks[mq] = [client_id, now]
+                ok.append(mq)
+        return ok
+
+    def unlock_batch(self, group: str, mqs: list[tuple[str, str, int]], client_id: str) -> None:
+        locks = self.table.get(group, {})
+        for mq in mqs:
+            entry = locks.get(mq)
+            if entry is not None and entry[0] == client_id:
+                del locks[mq]
+
+
+def _mq_key(obj: dict[str, Any]) -> tuple[str, str, int]:
+    return (str(obj.get("topic", "")), str(obj.get("brokerName", "")), int(obj.get("queueId", 0)))
+
+
+def _mq_json(mq: tuple[str, str, int]) -> dict[str, Any]:
+    return {"brokerName": mq[1], "queueId": mq[2], "topic": mq[0]}
+
+
+class ClientManageProcessor(RequestProcessor):
+    codes: ClassVar[tuple[int, ...]] = (
+        RequestCode.HEART_BEAT,
+        RequestCode.UNREGISTER_CLIENT,
+        RequestCode.CHECK_CLIENT_CONFIG,
+    )
+
+    def __init__(self, broker: BrokerController) -> None:
+        self.broker = broker
+
+    def process(self, channel: Channel, request: RemotingCommand) -> RemotingCommand:
+        if request.code == RequestCode.HEART_BEAT:
+            return self.heart_beat(channel, request)
+        if request.code == RequestCode.UNREGISTER_CLIENT:
+            return self.unregister_client(channel, request)
+        return self.check_client_config(channel, request)
+
+    def heart_beat(self, channel: Channel, request: RemotingCommand) -> RemotingCommand:
+        data = loads_object(request.body, "HeartbeatData")
+        client_id = str(data.get("clientID") or data.get("clientId") or "")
+        broker = self.broker
+        broker.watch_channel(channel)
+        channel.client_id = client_id
+        info_args = (channel, client_id, request.language, request.version)
+        for cd in data.get("consumerDataSet") or ():
+            if not isinstance(cd, dict):
+                raise BodyError("HeartbeatData: consumerDataSet entries must be objects")
+            group = str(cd.get("groupName") or "")
+            sgc = broker.subscription_groups.find(group)
+            notify = True
+            if sgc is not None:
+                notify = bool(sgc.get("notifyConsumerIdsChangedEnable", True))
+                sys_flag = TOPIC_SYS_FLAG_UNIT_SUB if cd.get("unitMode") else 0
+                broker.topics.create_in_send_back(
+                    RETRY_GROUP_TOPIC_PREFIX + group, int(sgc.get("retryQueueNums", 1)), PERM_RW, sys_flag
+                )
+            subs = [
+                SubscriptionData.from_json(s)
+                for s in cd.get("subscriptionDataSet") or ()
+                if isinstance(s, dict)
+            ]
+            broker.consumers.register(
+                group,
+                ClientChannelInfo(*info_args),
+                enum_name(cd.get("consumeType"), CONSUME_TYPES, "CONSUME_PASSIVELY"),
+                enum_name(cd.get("messageModel"), MESSAGE_MODELS, "CLUSTERING"),
+                enum_name(cd.get("consumeFromWhere"), CONSUME_FROM_WHERE, "CONSUME_FROM_LAST_OFFSET"),
+                subs,
+                notify and broker.config.notifyConsumerIdsChangedEnable,
+            )
+        for pd in data.get("producerDataSet") or ():
+            if isinstance(pd, dict):
+                broker.producers.register(str(pd.get("groupName") or ""), ClientChannelInfo(*info_args))
+        return request.response(ResponseCode.SUCCESS)
+
+    def unregister_client(self, channel: Channel, request: RemotingCommand) -> RemotingCommand:
+        h = UnregisterClientRequestHeader.from_ext(request.ext_fields or {})
+        broker = self.broker
+        if h.producer_group:
+            broker.producers.unregister(h.producer_group, channel)
+        if h.consumer_group:
+            sgc = broker.subscription_groups.find(h.consumer_group)
+            notify = bool(sgc.get("notifyConsumerIdsChangedEnable", True)) if sgc else True
+            broker.consumers.unregister(h.consumer_group, channel, notify)
+        return request.response(ResponseCode.SUCCESS, ext_fields={})
+
+    def check_client_config(self, channel: Channel, request: RemotingCommand) -> RemotingCommand:
+        body = loads_object(request.body, "CheckClientRequestBody")
+        sub = body.get("subscriptionData") or {}
+        expression_type = sub.get("expressionType") or "TAG"
+        if expression_type != "TAG":
+            return request.response(
+                ResponseCode.SYSTEM_ERROR, "The broker does not support consumer to filter message by SQL92"
+            )
+        return request.response(ResponseCode.SUCCESS)
+
+
+class ConsumerManageProcessor(RequestProcessor):
+    codes: ClassVar[tuple[int, ...]] = (RequestCode.GET_CONSUMER_LIST_BY_GROUP,)
+
+    def __init__(self, broker: BrokerController) -> None:
+        self.broker = broker
+
+    def process(self, channel: Channel, request: RemotingCommand) -> RemotingCommand:
+        h = GetConsumerListByGroupRequestHeader.from_ext(request.ext_fields or {})
+        cgi = self.broker.consumers.find(h.consumer_group)
+        if cgi is not None and cgi.channels:
+            return request.response(
+                ResponseCode.SUCCESS, ext_fields={}, body=dumpb({"consumerIdList": cgi.client_ids()})
+            )
+        return request.response(ResponseCode.SYSTEM_ERROR, f"no consumer for this group, {h.consumer_group}")
+
+
+class LockProcessor(RequestProcessor):
+    codes: ClassVar[tuple[int, ...]] = (RequestCode.LOCK_BATCH_MQ, RequestCode.UNLOCK_BATCH_MQ)
+
+    def __init__(self, broker: BrokerController) -> None:
+        self.locks = broker.locks
+
+    def process(self, channel: Channel, request: RemotingCommand) -> RemotingCommand:
+        body = loads_object(request.body, "LockBatchRequestBody")
+        group = str(body.get("consumerGroup") or "")
+        client_id = str(body.get("clientId") or "")
+        mqs = [_mq_key(mq) for mq in body.get("mqSet") or () if isinstance(mq, dict)]
+        if request.code == RequestCode.UNLOCK_BATCH_MQ:
+            self.locks.unlock_batch(group, mqs, client_id)
+            return request.response(ResponseCode.SUCCESS)
+        locked = self.locks.try_lock_batch(group, mqs, client_id)
+        return request.response(
+            ResponseCode.SUCCESS, body=dumpb({"lockOKMQSet": [_mq_json(mq) for mq in locked]})
+        )

@@ -1,0 +1,265 @@
+"""PULL_MESSAGE (11) and LITE_PULL_MESSAGE (361) with long polling (``PullMessageProcessor``,
+``PullRequestHoldService``).
+
+A pull that finds nothing (19) with the suspend flag is parked under ``topic@queueId``; the store's
+arrival listener wakes it when a matching message lands in that queue, and a timer answers it at the
+request's suspendTimeoutMillis. A woken pull runs again without suspending (and without the
+commit-offset side effect), exactly like the Java broker's ``executeRequestWhenWakeup``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import TYPE_CHECKING, ClassVar
+
+from rmqgate.server.consumer import SubscriptionData
+from rmqgate.server.remoting import Channel, RequestProcessor
+from rmqgate.server.topics import PERM_READ
+from rmqgate.store.api import DispatchRequest, GetMessageStatus
+from rmqgate.wire.codes import RequestCode, ResponseCode
+from rmqgate.wire.command import RemotingCommand
+from rmqgate.wire.errors import HeaderFieldError
+from rmqgate.wire.headers import PullMessageRequestHeader
+
+if TYPE_CHECKING:
+    from rmqgate.server.broker import BrokerController
+
+FAQ = "\nSee http://rocketmq.apache.org/docs/faq/ for further details."
+FLAG_COMMIT_OFFSET, FLAG_SUSPEND, FLAG_SUBSCRIPTION, FLAG_CLASS_FILTER, FLAG_LITE_PULL = 1, 2, 4, 8, 16
+
+G = GetMessageStatus
+_from_ext = PullMessageRequestHeader.from_ext
+
+
+def status_code(status: GetMessageStatus, offset: int) -> int:
+    """RocketMQ's GetMessageStatus -> response code mapping."""
+    if status is G.FOUND:
+        return ResponseCode.SUCCESS
+    if status is G.MESSAGE_WAS_REMOVING or status is G.NO_MATCHED_MESSAGE:
+        return ResponseCode.PULL_RETRY_IMMEDIATELY
+    if status is G.NO_MATCHED_LOGIC_QUEUE or status is G.NO_MESSAGE_IN_QUEUE:
+        return ResponseCode.PULL_OFFSET_MOVED if offset != 0 else ResponseCode.PULL_NOT_FOUND
+    if status is G.OFFSET_FOUND_NULL or status is G.OFFSET_OVERFLOW_ONE:
+        return ResponseCode.PULL_NOT_FOUND
+    return ResponseCode.PULL_OFFSET_MOVED  # OFFSET_OVERFLOW_BADLY, OFFSET_TOO_SMALL
+
+
+class _HeldPull:
+    __slots__ = ("channel", "codes", "done", "offset", "request", "timer")
+
+    def __init__(
+        self, channel: Channel, request: RemotingCommand, offset: int, codes: set[int] | None
+    ) -> None:
+        self.channel = channel
+        self.request = request
+        self.offset = offset
+        self.codes = codes
+        self.done = False
+        self.timer: asyncio.TimerHandle | None = None
+
+
+class PullRequestHoldService:
+    """Parked pulls by ``topic@queueId``; woken by message arrival or their timeout."""
+
+    def __init__(self, processor: PullMessageProcessor) -> None:
+        self.processor = processor
+        self.held: dict[tuple[str, int], list[_HeldPull]] = {}
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread: int | None = None
+
+    def bind(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self._loop_thread = threading.get_ident()
+
+    def suspend(self, channel: Channel, request: RemotingCommand, key: tuple[str, int], offset: int,
+                codes: set[int] | None, timeout: float) -> None:  # fmt: skip
+        held = _HeldPull(channel, request, offset, codes)
+        self.held.setdefault(key, []).append(held)
+        loop = self.loop or asyncio.get_event_loop()
+        held.timer = loop.call_later(max(0.0, timeout), self._expire, key, held)
+
+    def _expire(self, key: tuple[str, int], held: _HeldPull) -> None:
+        waiting = self.held.get(key)
+        if waiting is not None:
+            try:
+                waiting.remove(held)
+            except ValueError:
+                pass
+            if not waiting:
+                del self.held[key]
+        self._wake(held)
+
+    def _wake(self, held: _HeldPull) -> None:
+        if held.done:
+            return
+        held.done = True
+        if held.timer is not None:
+            held.timer.cancel()
+        if held.channel.closed:
+            return
+        try:
+            response = self.processor.pull(held.channel, held.request, allow_suspend=False)
+        except Exception as exc:  # same policy as the core: answer SYSTEM_ERROR
+            response = held.request.response(ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
+        if response is not None:
+            held.channel.send_response(response)
+
+    def on_arrival(self, d: DispatchRequest) -> None:
+        """The store's arrival listener (called in the putting thread)."""
+        if not self.held:
+            return
+        if (
+            self._loop_thread is not None
+            and threading.get_ident() != self._loop_thread
+            and self.loop is not None
+        ):
+            self.loop.call_soon_threadsafe(
+                self.notify, d.topic, d.queue_id, d.consume_queue_offset, d.tags_code
+            )
+            return
+        self.notify(d.topic, d.queue_id, d.consume_queue_offset, d.tags_code)
+
+    def notify(self, topic: str, queue_id: int, queue_offset: int, tags_code: int | None) -> None:
+        key = (topic, queue_id)
+        waiting = self.held.get(key)
+        if not waiting:
+            return
+        keep = []
+        wake = []
+        for held in waiting:
+            if queue_offset >= held.offset and (
+                held.codes is None or tags_code is None or tags_code in held.codes
+            ):
+                wake.append(held)
+            else:
+                keep.append(held)
+        if keep:
+            self.held[key] = keep
+        else:
+            del self.held[key]
+        for held in wake:
+            self._wake(held)
+
+    def wake_all(self) -> None:
+        for key in list(self.held):
+            for held in self.held.pop(key, []):
+                self._wake(held)
+
+    @property
+    def count(self) -> int:
+        return sum(len(v) for v in self.held.values())
+
+
+class PullMessageProcessor(RequestProcessor):
+    codes: ClassVar[tuple[int, ...]] = (RequestCode.PULL_MESSAGE, RequestCode.LITE_PULL_MESSAGE)
+
+    def __init__(self, broker: BrokerController) -> None:
+        self.broker = broker
+        self.store = broker.store
+        self.hold = PullRequestHoldService(self)
+        self.store.register_arrival_listener(self.hold.on_arrival)
+
+    def process(self, channel: Channel, request: RemotingCommand) -> RemotingCommand | None:
+        return self.pull(channel, request, allow_suspend=True)
+
+    def pull(
+        self, channel: Channel, request: RemotingCommand, *, allow_suspend: bool
+    ) -> RemotingCommand | None:
+        ext = request.ext_fields
+        if ext is None:
+            raise HeaderFieldError("PullMessageRequestHeader: the request has no extFields")
+        h = _from_ext(ext)
+        broker = self.broker
+        config = broker.config
+        group, topic, queue_id = h.consumer_group, h.topic, h.queue_id
+        if not config.brokerPermission & PERM_READ:
+            return request.response(
+                ResponseCode.NO_PERMISSION, f"the broker[{config.brokerIP1}] pulling message is forbidden", {}
+            )
+        sgc = broker.subscription_groups.find(group)
+        if sgc is None:
+            return request.response(
+                ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+                f"subscription group [{group}] does not exist,{FAQ}",
+                {},
+            )
+        if not sgc.get("consumeEnable", True):
+            return request.response(
+                ResponseCode.NO_PERMISSION, f"subscription group no permission, {group}", {}
+            )
+        flags = h.sys_flag
+        tc = broker.topics.get(topic)
+        if tc is None:
+            return request.response(
+                ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!{FAQ}", {}
+            )
+        if not tc["perm"] & PERM_READ:
+            return request.response(
+                ResponseCode.NO_PERMISSION, f"the topic[{topic}] pulling message is forbidden", {}
+            )
+        if queue_id < 0 or queue_id >= tc["readQueueNums"]:
+            return request.response(
+                ResponseCode.SYSTEM_ERROR,
+                f"queueId[{queue_id}] is illegal, topic:[{topic}] topicConfig.readQueueNums:"
+                f"[{tc['readQueueNums']}] consumer:[{channel.remote_addr}]",
+                {},
+            )
+        if flags & FLAG_SUBSCRIPTION:
+            sub = SubscriptionData.build(topic, h.subscription, h.expression_type, h.sub_version)
+        else:
+            cgi = broker.consumers.find(group)
+            if cgi is None:
+                return request.response(
+                    ResponseCode.SUBSCRIPTION_NOT_EXIST, f"the consumer's group info not exist{FAQ}", {}
+                )
+            if not sgc.get("consumeBroadcastEnable", True) and cgi.message_model == "BROADCASTING":
+                return request.response(
+                    ResponseCode.NO_PERMISSION,
+                    f"the consumer group[{group}] can not consume by broadcast way",
+                    {},
+                )
+            found = cgi.subscriptions.get(topic)
+            if found is None:
+                return request.response(
+                    ResponseCode.SUBSCRIPTION_NOT_EXIST, f"the consumer's subscription not exist{FAQ}", {}
+                )
+            if found.sub_version < h.sub_version:
+                return request.response(
+                    ResponseCode.SUBSCRIPTION_NOT_LATEST, "the consumer's subscription not latest", {}
+                )
+            sub = found
+        if sub.expression_type != "TAG":
+            return request.response(
+                ResponseCode.SYSTEM_ERROR,
+                f"The broker does not support consumer to filter message by {sub.expression_type}",
+                {},
+            )
+        codes = None if sub.matches_all() else sub.code_set
+        offset = h.queue_offset
+        res = self.store.get_messages(
+            topic, queue_id, offset, h.max_msg_nums, max_bytes=h.max_msg_bytes, tags_filter=codes
+        )
+        code = status_code(res.status, offset)
+        if code == ResponseCode.PULL_NOT_FOUND and allow_suspend and flags & FLAG_SUSPEND:
+            timeout = h.suspend_timeout_millis if config.longPollingEnable else config.shortPollingTimeMills
+            self.hold.suspend(channel, request, (topic, queue_id), offset, codes, timeout / 1000.0)
+            response = None
+        else:
+            response = request.response(
+                code,
+                res.status.value,
+                {
+                    "suggestWhichBrokerId": "0",
+                    "nextBeginOffset": str(res.next_begin_offset),
+                    "minOffset": str(res.min_offset),
+                    "maxOffset": str(res.max_offset),
+                },
+                b"".join(res.buffers) if code == ResponseCode.SUCCESS else None,
+            )
+        if allow_suspend and flags & FLAG_COMMIT_OFFSET:
+            self.store.meta.commit_offset(group, topic, queue_id, h.commit_offset)
+        return response
+
+    def stop(self) -> None:
+        self.hold.wake_all()

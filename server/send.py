@@ -1,0 +1,329 @@
+"""SEND_MESSAGE (10), SEND_MESSAGE_V2 (310), SEND_BATCH_MESSAGE (320) and the C++ batch (310, m="1").
+
+Per request: decode the header once (generated ``from_ext_v2`` for the V2 codes), check topic and
+queue (``AbstractSendMessageProcessor.msgCheck``: auto-creation from TBW102, RocketMQ's codes and
+remarks), build the inner message once, one store append, one response. Transactional half messages
+are parked in RMQ_SYS_TRANS_HALF_TOPIC (the END_TRANSACTION side is issue 5's processor).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import random
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from rmqgate.server.remoting import Channel, RequestProcessor
+from rmqgate.server.topics import (
+    DLQ_GROUP_TOPIC_PREFIX,
+    NOT_ALLOWED_SEND_TOPICS,
+    PERM_RW,
+    PERM_WRITE,
+    RETRY_GROUP_TOPIC_PREFIX,
+    RMQ_SYS_TRANS_HALF_TOPIC,
+    TOPIC_SYS_FLAG_UNIT,
+    TOPIC_SYS_FLAG_UNIT_SUB,
+    topic_config_str,
+    validate_topic,
+)
+from rmqgate.store.api import PutMessageStatus, PutResult
+from rmqgate.wire.codes import MQVersion, RequestCode, ResponseCode
+from rmqgate.wire.command import RemotingCommand
+from rmqgate.wire.errors import HeaderFieldError, MessageFormatError
+from rmqgate.wire.headers import SendMessageRequestHeader
+from rmqgate.wire.message import (
+    PROPERTY_CLUSTER,
+    PROPERTY_REAL_QID,
+    PROPERTY_REAL_TOPIC,
+    PROPERTY_TRANSACTION_PREPARED,
+    PROPERTY_WAIT,
+    MessageExt,
+    MessageSysFlag,
+    decode_batch,
+    parse_properties,
+    reset_transaction,
+    transaction_type,
+)
+
+if TYPE_CHECKING:
+    from rmqgate.server.broker import BrokerController
+
+FAQ = "\nSee http://rocketmq.apache.org/docs/faq/ for further details."
+_from_v2 = SendMessageRequestHeader.from_ext_v2
+_from_v1 = SendMessageRequestHeader.from_ext
+_V1 = RequestCode.SEND_MESSAGE
+_BATCH = RequestCode.SEND_BATCH_MESSAGE
+_MULTI_TAGS = MessageSysFlag.MULTI_TAGS
+_PREPARED = MessageSysFlag.TRANSACTION_PREPARED
+_BORN_V6 = MessageSysFlag.BORNHOST_V6
+_PUT_OK = PutMessageStatus.PUT_OK
+_randrange = random.randrange
+
+_PUT_ERRORS: dict[PutMessageStatus, tuple[int, str]] = {
+    PutMessageStatus.CREATE_MAPEDFILE_FAILED: (
+        ResponseCode.SYSTEM_ERROR, "create mapped file failed, server is busy or broken.",
+    ),
+    PutMessageStatus.MESSAGE_ILLEGAL: (
+        ResponseCode.MESSAGE_ILLEGAL,
+        "the message is illegal, maybe msg body or properties length not matched. "
+        "msg body length limit 128k, msg properties length limit 32k.",
+    ),
+    PutMessageStatus.PROPERTIES_SIZE_EXCEEDED: (
+        ResponseCode.MESSAGE_ILLEGAL,
+        "the message is illegal, maybe msg body or properties length not matched. "
+        "msg body length limit 128k, msg properties length limit 32k.",
+    ),
+    PutMessageStatus.SERVICE_NOT_AVAILABLE: (
+        ResponseCode.SERVICE_NOT_AVAILABLE,
+        "service not available now. It may be caused by one of the following reasons: the broker's disk is "
+        "full, messages are put to the slave, message store has been shut down, etc.",
+    ),
+    PutMessageStatus.OS_PAGECACHE_BUSY: (
+        ResponseCode.SYSTEM_ERROR, "[PC_SYNCHRONIZED]broker busy, start flow control for a while",
+    ),
+    PutMessageStatus.UNKNOWN_ERROR: (ResponseCode.SYSTEM_ERROR, "UNKNOWN_ERROR"),
+}  # fmt: skip
+# Statuses Java answers with a header (the client still reads msgId/queueOffset).
+_PUT_WITH_HEADER = {
+    PutMessageStatus.PUT_OK: ResponseCode.SUCCESS,
+    PutMessageStatus.FLUSH_DISK_TIMEOUT: ResponseCode.FLUSH_DISK_TIMEOUT,
+    PutMessageStatus.FLUSH_SLAVE_TIMEOUT: ResponseCode.FLUSH_SLAVE_TIMEOUT,
+    PutMessageStatus.SLAVE_NOT_AVAILABLE: ResponseCode.SLAVE_NOT_AVAILABLE,
+}
+
+
+def born_address(channel: Channel) -> tuple[bytes, int, int]:
+    """(raw address, port, sysFlag bit) of the producer, cached per connection."""
+    cached = channel.attrs.get("born")
+    if cached is None:
+        host, _, port = channel.remote_addr.rpartition(":")
+        try:
+            addr = ipaddress.ip_address(host.strip("[]"))
+            raw = addr.packed
+            if addr.version == 6 and addr.ipv4_mapped is not None:
+                raw = addr.ipv4_mapped.packed
+        except ValueError:
+            raw = b"\x7f\x00\x00\x01"
+        cached = channel.attrs["born"] = (raw, int(port or 0), _BORN_V6 if len(raw) == 16 else 0)
+    return cached
+
+
+class SendMessageProcessor(RequestProcessor):
+    codes: ClassVar[tuple[int, ...]] = (
+        RequestCode.SEND_MESSAGE,
+        RequestCode.SEND_MESSAGE_V2,
+        RequestCode.SEND_BATCH_MESSAGE,
+    )
+
+    def __init__(self, broker: BrokerController) -> None:
+        self.broker = broker
+        self.store = broker.store
+        self.topic_table = broker.topics.table
+        self.cluster = broker.config.brokerClusterName
+        self.region = broker.config.regionId
+        self.trace_on = "true" if broker.config.traceOn else "false"
+        self.max_message_size = broker.config.maxMessageSize
+
+    def process(self, channel: Channel, request: RemotingCommand) -> Any:
+        ext = request.ext_fields
+        if ext is None:
+            raise HeaderFieldError("SendMessageRequestHeader: the request has no extFields")
+        h = _from_v1(ext) if request.code == _V1 else _from_v2(ext)
+        topic = h.topic
+        tc = self.topic_table.get(topic)
+        if tc is None or topic in NOT_ALLOWED_SEND_TOPICS or not tc["perm"] & PERM_WRITE:
+            checked = self._msg_check(channel, request, h)
+            if type(checked) is RemotingCommand:
+                return checked
+            tc = checked
+        queue_id = h.queue_id
+        write_nums = tc["writeQueueNums"]
+        if queue_id >= max(tc["readQueueNums"], write_nums):
+            return request.response(
+                ResponseCode.SYSTEM_ERROR,
+                f"request queueId[{queue_id}] is illegal, {topic_config_str(tc)} Producer: {channel.remote_addr}",
+            )
+        if queue_id < 0:
+            queue_id = _randrange(write_nums) if write_nums > 0 else 0
+        body = request.body or b""
+        if len(body) > self.max_message_size:
+            return request.response(
+                ResponseCode.MESSAGE_ILLEGAL,
+                f"the message body size {len(body)} exceeds the broker's maxMessageSize {self.max_message_size}",
+            )
+        sys_flag = h.sys_flag
+        if tc.get("topicFilterType") == "MULTI_TAG":
+            sys_flag |= _MULTI_TAGS
+        born_host, born_port, born_v6 = born_address(channel)
+        sys_flag |= born_v6
+        if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            retry = self._retry_or_dlq(request, h, queue_id)
+            if type(retry) is RemotingCommand:
+                return retry
+            topic, queue_id = retry
+        if h.batch or request.code == _BATCH:
+            return self._send_batch(request, h, topic, queue_id, sys_flag, born_host, born_port, body)
+        props = parse_properties(h.properties) if h.properties else {}
+        props.pop(PROPERTY_WAIT, None)
+        props[PROPERTY_CLUSTER] = self.cluster
+        if sys_flag & _PREPARED and props.get(PROPERTY_TRANSACTION_PREPARED) == "true":
+            if self.broker.config.rejectTransactionMessage:
+                return request.response(
+                    ResponseCode.NO_PERMISSION,
+                    f"the broker[{self.broker.config.brokerIP1}] sending transaction message is forbidden",
+                )
+            props[PROPERTY_REAL_TOPIC] = topic
+            props[PROPERTY_REAL_QID] = str(queue_id)
+            sys_flag = reset_transaction(sys_flag, 0)
+            topic, queue_id = RMQ_SYS_TRANS_HALF_TOPIC, 0
+        msg = MessageExt(
+            topic, body, h.flag, queue_id, 0, 0, sys_flag, h.born_timestamp, born_host, born_port,
+            0, b"\x00\x00\x00\x00", 0, h.reconsume_times or 0, 0, props,
+        )  # fmt: skip
+        try:
+            result = self.store.put_message(msg)
+        except MessageFormatError as exc:
+            return request.response(ResponseCode.MESSAGE_ILLEGAL, str(exc))
+        if result.durable is not None and result.status is _PUT_OK:
+            return self._await_flush(request, result)
+        return self.response(request, result)
+
+    def response(self, request: RemotingCommand, result: PutResult) -> RemotingCommand:
+        status = result.status
+        code = _PUT_WITH_HEADER.get(status)
+        if code is None:
+            code, remark = _PUT_ERRORS.get(status, (ResponseCode.SYSTEM_ERROR, status.value))
+            return request.response(code, remark)
+        return request.response(
+            code,
+            None,
+            {
+                "msgId": result.msg_id,
+                "queueId": str(result.queue_id),
+                "queueOffset": str(result.queue_offset),
+                "MSG_REGION": self.region,
+                "TRACE_ON": self.trace_on,
+            },
+        )
+
+    async def _await_flush(self, request: RemotingCommand, result: PutResult) -> RemotingCommand:
+        assert result.durable is not None
+        result.status = await asyncio.wrap_future(result.durable)
+        return self.response(request, result)
+
+    def _send_batch(
+        self,
+        request: RemotingCommand,
+        h: SendMessageRequestHeader,
+        topic: str,
+        queue_id: int,
+        sys_flag: int,
+        born_host: bytes,
+        born_port: int,
+        body: bytes,
+    ) -> Any:
+        if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            return request.response(
+                ResponseCode.MESSAGE_ILLEGAL, f"batch request does not support retry group {topic}"
+            )
+        try:
+            entries = decode_batch(body)
+        except MessageFormatError as exc:
+            return request.response(ResponseCode.MESSAGE_ILLEGAL, f"bad batch body: {exc}")
+        if not entries:
+            return request.response(ResponseCode.MESSAGE_ILLEGAL, "the batch is empty")
+        msgs = []
+        cluster = self.cluster
+        for entry in entries:
+            props = entry.properties
+            props.pop(PROPERTY_WAIT, None)
+            props[PROPERTY_CLUSTER] = cluster
+            if transaction_type(sys_flag) or int(props.get("DELAY", "0") or 0) > 0:
+                return request.response(
+                    ResponseCode.MESSAGE_ILLEGAL, "a batch cannot hold delayed or transactional messages"
+                )
+            msgs.append(
+                MessageExt(
+                    topic,
+                    entry.body,
+                    entry.flag,
+                    queue_id,
+                    0,
+                    0,
+                    sys_flag,
+                    h.born_timestamp,
+                    born_host,
+                    born_port,
+                    0,
+                    b"\x00\x00\x00\x00",
+                    0,
+                    h.reconsume_times or 0,
+                    0,
+                    props,
+                )
+            )
+        try:
+            result = self.store.put_messages(msgs)
+        except MessageFormatError as exc:
+            return request.response(ResponseCode.MESSAGE_ILLEGAL, str(exc))
+        if result.durable is not None and result.status is _PUT_OK:
+            return self._await_flush(request, result)
+        return self.response(request, result)
+
+    def _msg_check(
+        self, channel: Channel, request: RemotingCommand, h: SendMessageRequestHeader
+    ) -> dict[str, Any] | RemotingCommand:
+        broker = self.broker
+        topic = h.topic
+        if not broker.config.brokerPermission & PERM_WRITE:
+            return request.response(
+                ResponseCode.NO_PERMISSION,
+                f"the broker[{broker.config.brokerIP1}] sending message is forbidden",
+            )
+        error = validate_topic(topic)
+        if error is not None:
+            return request.response(ResponseCode.SYSTEM_ERROR, error)
+        if topic in NOT_ALLOWED_SEND_TOPICS:
+            return request.response(
+                ResponseCode.NO_PERMISSION, f"Sending message to topic[{topic}] is forbidden."
+            )
+        tc = broker.topics.get(topic)
+        if tc is None:
+            sys_flag = 0
+            if h.unit_mode:
+                sys_flag = (
+                    TOPIC_SYS_FLAG_UNIT_SUB
+                    if topic.startswith(RETRY_GROUP_TOPIC_PREFIX)
+                    else TOPIC_SYS_FLAG_UNIT
+                )
+            tc = broker.topics.create_in_send(topic, h.default_topic, h.default_topic_queue_nums, sys_flag)
+            if tc is None and topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+                tc = broker.topics.create_in_send_back(topic, 1, PERM_RW, sys_flag)
+            if tc is None:
+                return request.response(
+                    ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!{FAQ}"
+                )
+        if not tc["perm"] & PERM_WRITE:
+            return request.response(
+                ResponseCode.NO_PERMISSION, f"the topic[{topic}] sending message is forbidden"
+            )
+        return tc
+
+    def _retry_or_dlq(
+        self, request: RemotingCommand, h: SendMessageRequestHeader, queue_id: int
+    ) -> tuple[str, int] | RemotingCommand:
+        """``handleRetryAndDLQ``: a retry message past its max reconsume times goes to %DLQ%group."""
+        group = h.topic[len(RETRY_GROUP_TOPIC_PREFIX) :]
+        sgc = self.broker.subscription_groups.find(group)
+        if sgc is None:
+            return request.response(
+                ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group not exist, {group}{FAQ}"
+            )
+        max_times = int(sgc.get("retryMaxTimes", 16))
+        if request.version > MQVersion.V3_4_9 and h.max_reconsume_times is not None:
+            max_times = h.max_reconsume_times
+        if (h.reconsume_times or 0) > max_times:
+            dlq = DLQ_GROUP_TOPIC_PREFIX + group
+            self.broker.topics.create_in_send_back(dlq, 1, PERM_RW, 0)
+            return dlq, 0
+        return h.topic, queue_id

@@ -1,0 +1,463 @@
+"""Broker processors over real sockets: send/pull/offsets/query/admin/client management.
+
+Runs against the in-memory store double (server/memstore.py) so processor behaviour is tested on its
+own; test_e2e.py runs the same flows on the real store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import pytest
+
+from rmqgate.server.broker import BrokerController
+from rmqgate.server.client import RemotingClient
+from rmqgate.server.config import BrokerConfig
+from rmqgate.server.memstore import MemoryMessageStore
+from rmqgate.server.testing import async_test
+from rmqgate.store.api import StoreConfig
+from rmqgate.wire import RemotingCommand, ResponseCode, SerializeType
+from rmqgate.wire.codes import RequestCode as R
+from rmqgate.wire.message import BatchEntry, encode_batch, format_properties, iter_messages, java_string_hash
+
+
+class Broker:
+    def __init__(self, **overrides: object) -> None:
+        self.config = BrokerConfig(brokerName="broker-t", listenPort=0, brokerIP1="127.0.0.1", **overrides)  # type: ignore[arg-type]
+        self.store = MemoryMessageStore(
+            StoreConfig(store_path_root_dir="", flush_disk_type=self.config.flushDiskType)
+        )
+        self.broker = BrokerController(self.config, self.store, listen_host="127.0.0.1", scan_interval=0.1)
+
+    async def __aenter__(self) -> Broker:
+        await self.broker.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.broker.stop()
+
+    async def client(self, **kwargs: object) -> RemotingClient:
+        return await RemotingClient.connect("127.0.0.1", self.broker.port, **kwargs)  # type: ignore[arg-type]
+
+
+def send_v2(
+    topic: str,
+    body: bytes = b"hello",
+    *,
+    queue_id: int = 0,
+    tags: str | None = None,
+    keys: str | None = None,
+    uniq: str | None = None,
+    ser: int = SerializeType.JSON,
+    extra: dict[str, str] | None = None,
+) -> RemotingCommand:
+    props = {"WAIT": "true"}
+    if tags:
+        props["TAGS"] = tags
+    if keys:
+        props["KEYS"] = keys
+    if uniq:
+        props["UNIQ_KEY"] = uniq
+    ext = {
+        "a": "PG",
+        "b": topic,
+        "c": "TBW102",
+        "d": "4",
+        "e": str(queue_id),
+        "f": "0",
+        "g": str(int(time.time() * 1000)),
+        "h": "0",
+        "i": format_properties(props),
+        "j": "0",
+        "k": "false",
+        "m": "false",
+        **(extra or {}),
+    }
+    return RemotingCommand.request(R.SEND_MESSAGE_V2, ext, body, serialize_type=ser)
+
+
+def pull_cmd(
+    topic: str,
+    offset: int,
+    *,
+    queue_id: int = 0,
+    group: str = "CG",
+    sys_flag: int = 4,
+    sub: str = "*",
+    suspend_ms: int = 1000,
+    commit: int = 0,
+    code: int = R.PULL_MESSAGE,
+) -> RemotingCommand:
+    ext = {
+        "consumerGroup": group,
+        "topic": topic,
+        "queueId": str(queue_id),
+        "queueOffset": str(offset),
+        "maxMsgNums": "32",
+        "sysFlag": str(sys_flag),
+        "commitOffset": str(commit),
+        "suspendTimeoutMillis": str(suspend_ms),
+        "subscription": sub,
+        "subVersion": "0",
+        "expressionType": "TAG",
+    }
+    return RemotingCommand.request(code, ext)
+
+
+def heartbeat(
+    client_id: str, group: str, topic: str, sub: str = "*", *, ints: bool = False
+) -> RemotingCommand:
+    consumer = {
+        "consumeFromWhere": 4 if ints else "CONSUME_FROM_FIRST_OFFSET",
+        "consumeType": 1 if ints else "CONSUME_PASSIVELY",
+        "groupName": group,
+        "messageModel": 1 if ints else "CLUSTERING",
+        "subscriptionDataSet": [{"subString": sub, "subVersion": "100", "topic": topic}],
+    }
+    body = {"clientID": client_id, "consumerDataSet": [consumer], "producerDataSet": [{"groupName": "PG"}]}
+    return RemotingCommand.request(R.HEART_BEAT, body=json.dumps(body).encode())
+
+
+@async_test
+async def test_send_autocreate_and_pull_both_serializations() -> None:
+    async with Broker() as b:
+        c = await b.client()
+        for ser in (SerializeType.JSON, SerializeType.ROCKETMQ):
+            resp = await c.invoke(send_v2("AutoT", b"m-%d" % ser, tags="TagA", ser=ser))
+            assert resp.code == 0, resp.remark
+            assert resp.serialize_type == ser
+            assert set(resp.ext_fields) == {"msgId", "queueId", "queueOffset", "MSG_REGION", "TRACE_ON"}
+            assert (
+                resp.ext_fields["queueOffset"] == str(ser)
+                and resp.ext_fields["MSG_REGION"] == "DefaultRegion"
+            )
+            assert len(resp.ext_fields["msgId"]) == 32
+        tc = b.broker.topics.get("AutoT")
+        assert tc["readQueueNums"] == 4 and tc["perm"] == 6  # min(d=4, TBW102's 8), inherit bit dropped
+        resp = await c.invoke(pull_cmd("AutoT", 0))
+        assert resp.code == 0 and resp.remark == "FOUND"
+        assert resp.ext_fields == {
+            "suggestWhichBrokerId": "0",
+            "nextBeginOffset": "2",
+            "minOffset": "0",
+            "maxOffset": "2",
+        }
+        msgs = list(iter_messages(resp.body))
+        assert [bytes(m.body) for m in msgs] == [b"m-0", b"m-1"]
+        assert msgs[0].properties["CLUSTER"] == "DefaultCluster" and "WAIT" not in msgs[0].properties
+        assert msgs[0].born_port == int(c.channel.local_addr.rsplit(":", 1)[1])
+        # status mapping
+        assert (await c.invoke(pull_cmd("AutoT", 2))).code == ResponseCode.PULL_NOT_FOUND
+        assert (await c.invoke(pull_cmd("AutoT", 50))).code == ResponseCode.PULL_OFFSET_MOVED
+        assert (await c.invoke(pull_cmd("AutoT", 0, sub="TagZ"))).code == ResponseCode.PULL_RETRY_IMMEDIATELY
+        assert (await c.invoke(pull_cmd("AutoT", 0, queue_id=1))).code == ResponseCode.PULL_NOT_FOUND
+        await c.aclose()
+
+
+@async_test
+async def test_send_validation() -> None:
+    async with Broker(autoCreateTopicEnable=False, maxMessageSize=1024) as b:
+        c = await b.client()
+        resp = await c.invoke(send_v2("NoSuch"))
+        assert resp.code == ResponseCode.TOPIC_NOT_EXIST and resp.remark.startswith("topic[NoSuch] not exist")
+        resp = await c.invoke(send_v2("bad topic!"))
+        assert resp.code == ResponseCode.SYSTEM_ERROR and "illegal characters" in resp.remark
+        resp = await c.invoke(send_v2("x" * 128))
+        assert resp.code == ResponseCode.SYSTEM_ERROR and "longer than topic max length" in resp.remark
+        resp = await c.invoke(send_v2("SCHEDULE_TOPIC_XXXX"))
+        assert resp.code == ResponseCode.NO_PERMISSION
+        create = RemotingCommand.request(
+            R.UPDATE_AND_CREATE_TOPIC,
+            {"topic": "T", "defaultTopic": "TBW102", "readQueueNums": "2", "writeQueueNums": "2", "perm": "6",
+             "topicFilterType": "SINGLE_TAG", "topicSysFlag": "0", "order": "false"},
+        )  # fmt: skip
+        assert (await c.invoke(create)).code == 0
+        resp = await c.invoke(send_v2("T", queue_id=2))
+        assert resp.code == ResponseCode.SYSTEM_ERROR and resp.remark.startswith(
+            "request queueId[2] is illegal"
+        )
+        resp = await c.invoke(send_v2("T", b"x" * 2000))
+        assert resp.code == ResponseCode.MESSAGE_ILLEGAL and "maxMessageSize" in resp.remark
+        resp = await c.invoke(send_v2("T", queue_id=-1))
+        assert resp.code == 0 and resp.ext_fields["queueId"] in ("0", "1")
+        missing = send_v2("T")
+        del missing.ext_fields["b"]
+        resp = await c.invoke(missing)
+        assert resp.code == ResponseCode.SYSTEM_ERROR and "'b'" in resp.remark
+        await c.aclose()
+
+
+@async_test
+async def test_send_v1_and_batches() -> None:
+    async with Broker() as b:
+        c = await b.client()
+        v1 = send_v2("B", keys="K1")
+        names = dict(
+            a="producerGroup", b="topic", c="defaultTopic", d="defaultTopicQueueNums", e="queueId", f="sysFlag",
+            g="bornTimestamp", h="flag", i="properties", j="reconsumeTimes", k="unitMode", m="batch",
+        )  # fmt: skip
+        v1.code = R.SEND_MESSAGE
+        v1.ext_fields = {names[k]: v for k, v in v1.ext_fields.items()}
+        assert (await c.invoke(v1)).code == 0
+        entries = [
+            BatchEntry(flag=i, body=b"b%d" % i, properties={"UNIQ_KEY": f"U{i}", "KEYS": f"BK{i}"})
+            for i in range(3)
+        ]
+        batch = send_v2("B", encode_batch(entries))
+        batch.code = R.SEND_BATCH_MESSAGE
+        batch.ext_fields["m"] = "true"
+        resp = await c.invoke(batch)
+        assert (
+            resp.code == 0
+            and resp.ext_fields["queueOffset"] == "1"
+            and resp.ext_fields["msgId"].count(",") == 2
+        )
+        cpp = send_v2("B", encode_batch(entries[:2]))  # C++ 2.1.0: 310 with m="1"
+        cpp.ext_fields["m"] = "1"
+        resp = await c.invoke(cpp)
+        assert resp.code == 0 and resp.ext_fields["queueOffset"] == "4"
+        msgs = list(iter_messages((await c.invoke(pull_cmd("B", 0))).body))
+        assert [bytes(m.body) for m in msgs] == [b"hello", b"b0", b"b1", b"b2", b"b0", b"b1"]
+        assert [m.properties.get("UNIQ_KEY") for m in msgs[1:4]] == ["U0", "U1", "U2"]
+        assert [m.flag for m in msgs[1:4]] == [0, 1, 2]
+        await c.aclose()
+
+
+@async_test
+async def test_long_polling_wakes_on_arrival_and_times_out() -> None:
+    async with Broker() as b:
+        c = await b.client()
+        assert (await c.invoke(send_v2("LP"))).code == 0
+        t0 = time.monotonic()
+        timed_out = await c.invoke(pull_cmd("LP", 1, sys_flag=4 | 2, suspend_ms=300))
+        assert timed_out.code == ResponseCode.PULL_NOT_FOUND and 0.25 <= time.monotonic() - t0 < 2
+        parked = asyncio.ensure_future(c.invoke(pull_cmd("LP", 1, sys_flag=4 | 2, suspend_ms=10_000), 15))
+        filtered = asyncio.ensure_future(
+            c.invoke(pull_cmd("LP", 1, sys_flag=4 | 2, suspend_ms=800, sub="TagB"), 15)
+        )
+        await asyncio.sleep(0.2)
+        assert not parked.done() and b.broker.pull_processor.hold.count == 2
+        other = await b.client()
+        t0 = time.monotonic()
+        assert (await other.invoke(send_v2("LP", b"second", tags="TagA"))).code == 0
+        resp = await parked
+        assert time.monotonic() - t0 < 1.0
+        assert resp.code == 0 and [bytes(m.body) for m in iter_messages(resp.body)] == [b"second"]
+        assert not filtered.done()  # TagA does not wake a TagB subscriber
+        resp = await filtered
+        assert resp.code == ResponseCode.PULL_RETRY_IMMEDIATELY  # at its timeout: nothing matched
+        await c.aclose()
+        await other.aclose()
+
+
+@async_test
+async def test_offsets_and_commit_side_effect() -> None:
+    async with Broker() as b:
+        c = await b.client()
+        for i in range(3):
+            await c.invoke(send_v2("OFF", b"%d" % i))
+        q = RemotingCommand.request(
+            R.QUERY_CONSUMER_OFFSET, {"consumerGroup": "G1", "topic": "OFF", "queueId": "0"}
+        )
+        assert (await c.invoke(q)).ext_fields == {"offset": "0"}  # queue still starts at 0
+        upd = RemotingCommand.request(
+            R.UPDATE_CONSUMER_OFFSET,
+            {"consumerGroup": "G1", "topic": "OFF", "queueId": "0", "commitOffset": "2"},
+        )
+        assert (await c.invoke(upd)).code == 0
+        assert (await c.invoke(q)).ext_fields == {"offset": "2"}
+        upd.ext_fields["commitOffset"] = "3"
+        c.invoke_oneway(upd)
+        await c.invoke(
+            pull_cmd("OFF", 3, group="G1", commit=1, sys_flag=4 | 1)
+        )  # commit-offset flag: stores 1
+        assert (await c.invoke(q)).ext_fields == {"offset": "1"}
+        base = {"topic": "OFF", "queueId": "0"}
+        assert (await c.invoke(RemotingCommand.request(R.GET_MAX_OFFSET, base))).ext_fields == {"offset": "3"}
+        assert (await c.invoke(RemotingCommand.request(R.GET_MIN_OFFSET, base))).ext_fields == {"offset": "0"}
+        ts = int(
+            (await c.invoke(RemotingCommand.request(R.GET_EARLIEST_MSG_STORETIME, base))).ext_fields[
+                "timestamp"
+            ]
+        )
+        assert abs(ts - time.time() * 1000) < 10_000
+        search = RemotingCommand.request(R.SEARCH_OFFSET_BY_TIMESTAMP, {**base, "timestamp": str(ts)})
+        assert (await c.invoke(search)).ext_fields == {"offset": "0"}
+        await c.aclose()
+
+
+@async_test
+async def test_query_and_view() -> None:
+    async with Broker() as b:
+        c = await b.client()
+        resp = await c.invoke(send_v2("Q", b"findme", keys="order-1 order-2", uniq="UNIQ1"))
+        msg_id = resp.ext_fields["msgId"]
+        offset = int(msg_id[16:], 16)
+        view = await c.invoke(RemotingCommand.request(R.VIEW_MESSAGE_BY_ID, {"offset": str(offset)}))
+        assert view.code == 0 and bytes(next(iter_messages(view.body)).body) == b"findme"
+        bad = await c.invoke(RemotingCommand.request(R.VIEW_MESSAGE_BY_ID, {"offset": "999999"}))
+        assert bad.code == ResponseCode.SYSTEM_ERROR
+        qext = {
+            "topic": "Q",
+            "key": "order-2",
+            "maxNum": "32",
+            "beginTimestamp": "0",
+            "endTimestamp": str(1 << 60),
+        }
+        found = await c.invoke(RemotingCommand.request(R.QUERY_MESSAGE, qext))
+        assert found.code == 0 and bytes(next(iter_messages(found.body)).body) == b"findme"
+        uniq = await c.invoke(
+            RemotingCommand.request(R.QUERY_MESSAGE, {**qext, "key": "UNIQ1", "_UNIQUE_KEY_QUERY": "true"})
+        )
+        assert uniq.code == 0
+        none = await c.invoke(RemotingCommand.request(R.QUERY_MESSAGE, {**qext, "key": "nope"}))
+        assert none.code == ResponseCode.QUERY_NOT_FOUND
+        await c.aclose()
+
+
+@async_test
+async def test_heartbeat_consumer_list_and_notify() -> None:
+    async with Broker() as b:
+        notices: list[RemotingCommand] = []
+
+        async def on_request(cmd: RemotingCommand) -> None:
+            notices.append(cmd)
+
+        c1 = await b.client(on_request=on_request)
+        resp = await c1.invoke(heartbeat("cid-1", "G", "HT"))
+        assert resp.code == 0 and resp.version == 409 and resp.ext_fields is None
+        assert b.broker.topics.get("%RETRY%G")["readQueueNums"] == 1
+        lst = await c1.invoke(RemotingCommand.request(R.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": "G"}))
+        assert json.loads(lst.body) == {"consumerIdList": ["cid-1"]}
+        c2 = await b.client()
+        assert (await c2.invoke(heartbeat("cid-2", "G", "HT", ints=True))).code == 0  # C++ enum ordinals
+        await asyncio.sleep(0.1)
+        assert [n.code for n in notices] == [R.NOTIFY_CONSUMER_IDS_CHANGED] * 2
+        assert notices[-1].ext_fields == {"consumerGroup": "G"} and notices[-1].is_oneway
+        lst = await c1.invoke(RemotingCommand.request(R.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": "G"}))
+        assert sorted(json.loads(lst.body)["consumerIdList"]) == ["cid-1", "cid-2"]
+        # pulling with the heartbeat's subscription (no subscription flag): a stale subVersion gives 25
+        await c1.invoke(send_v2("HT"))
+        pull = pull_cmd("HT", 0, group="G", sys_flag=0)
+        pull.ext_fields["subVersion"] = "100"
+        assert (await c1.invoke(pull)).code == 0
+        pull.ext_fields["subVersion"] = "200"
+        assert (await c1.invoke(pull)).code == ResponseCode.SUBSCRIPTION_NOT_LATEST
+        assert (
+            await c1.invoke(pull_cmd("HT", 0, group="nobody", sys_flag=0))
+        ).code == ResponseCode.SUBSCRIPTION_NOT_EXIST
+        conns = await c1.invoke(
+            RemotingCommand.request(R.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": "G"})
+        )
+        assert len(json.loads(conns.body)["connectionSet"]) == 2
+        await c2.aclose()  # closing a client's connection drops it and notifies the rest
+        await asyncio.sleep(0.2)
+        lst = await c1.invoke(RemotingCommand.request(R.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": "G"}))
+        assert json.loads(lst.body) == {"consumerIdList": ["cid-1"]}
+        assert len(notices) == 3
+        unreg = RemotingCommand.request(
+            R.UNREGISTER_CLIENT, {"clientID": "cid-1", "consumerGroup": "G", "producerGroup": "PG"}
+        )
+        assert (await c1.invoke(unreg)).code == 0
+        lst = await c1.invoke(RemotingCommand.request(R.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": "G"}))
+        assert lst.code == ResponseCode.SYSTEM_ERROR
+        await c1.aclose()
+
+
+@async_test
+async def test_admin_codes_and_unknown() -> None:
+    async with Broker() as b:
+        c = await b.client()
+        await c.invoke(send_v2("ADM"))
+        await c.invoke(heartbeat("cid", "AG", "ADM"))
+        upd = RemotingCommand.request(
+            R.UPDATE_CONSUMER_OFFSET,
+            {"consumerGroup": "AG", "topic": "ADM", "queueId": "0", "commitOffset": "1"},
+        )
+        await c.invoke(upd)
+        topics = json.loads((await c.invoke(RemotingCommand.request(R.GET_ALL_TOPIC_CONFIG))).body)
+        assert {"ADM", "TBW102", "%RETRY%AG"} <= set(topics["topicConfigTable"])
+        stats = await c.invoke(RemotingCommand.request(R.GET_TOPIC_STATS_INFO, {"topic": "ADM"}))
+        assert (
+            b'"maxOffset":1' in stats.body
+            and b'{{"brokerName":"broker-t","queueId":0,"topic":"ADM"}:' in stats.body
+        )
+        cs = await c.invoke(
+            RemotingCommand.request(R.GET_CONSUME_STATS, {"consumerGroup": "AG", "topic": "ADM"})
+        )
+        assert b'"brokerOffset":1,"consumerOffset":1' in cs.body
+        offs = json.loads(
+            (await c.invoke(RemotingCommand.request(R.GET_ALL_CONSUMER_OFFSET))).body.replace(
+                b"{0:", b'{"0":'
+            )
+        )
+        assert offs["offsetTable"]["ADM@AG"] == {"0": 1}
+        rt = json.loads((await c.invoke(RemotingCommand.request(R.GET_BROKER_RUNTIME_INFO))).body)
+        assert rt["table"]["brokerVersion"] == "409"
+        sg = RemotingCommand.request(
+            R.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=b'{"groupName":"SG1","retryMaxTimes":3}'
+        )
+        assert (await c.invoke(sg)).code == 0
+        groups = json.loads(
+            (await c.invoke(RemotingCommand.request(R.GET_ALL_SUBSCRIPTIONGROUP_CONFIG))).body
+        )
+        assert groups["subscriptionGroupTable"]["SG1"]["retryMaxTimes"] == 3
+        prod = await c.invoke(
+            RemotingCommand.request(R.GET_PRODUCER_CONNECTION_LIST, {"producerGroup": "PG"})
+        )
+        assert json.loads(prod.body)["connectionSet"][0]["clientId"] == "cid"
+        assert (await c.invoke(RemotingCommand.request(R.DELETE_TOPIC_IN_BROKER, {"topic": "ADM"}))).code == 0
+        assert b.broker.topics.get("ADM") is None
+        unknown = await c.invoke(RemotingCommand.request(R.END_TRANSACTION, {}))
+        assert unknown.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED and "37" in unknown.remark
+        await c.aclose()
+
+
+@async_test
+async def test_lite_pull_and_5x_fields_and_locks() -> None:
+    async with Broker() as b:
+        c = await b.client()
+        for i in range(5):
+            await c.invoke(send_v2("L5", b"x" * 100 + b"%d" % i))
+        lite = pull_cmd("L5", 0, code=R.LITE_PULL_MESSAGE)
+        lite.ext_fields["maxMsgBytes"] = "300"
+        lite.version = 479
+        resp = await c.invoke(lite)
+        assert resp.code == 0 and 1 <= len(list(iter_messages(resp.body))) < 5
+        body = {"consumerGroup": "OG", "clientId": "c1", "onlyThisBroker": True,
+                "mqSet": [{"topic": "L5", "brokerName": "broker-t", "queueId": 0}]}  # fmt: skip
+        lock = RemotingCommand.request(R.LOCK_BATCH_MQ, body=json.dumps(body).encode())
+        resp = await c.invoke(lock)
+        assert json.loads(resp.body)["lockOKMQSet"] == [
+            {"brokerName": "broker-t", "queueId": 0, "topic": "L5"}
+        ]
+        body["clientId"] = "c2"
+        resp = await c.invoke(RemotingCommand.request(R.LOCK_BATCH_MQ, body=json.dumps(body).encode()))
+        assert json.loads(resp.body)["lockOKMQSet"] == []
+        body["clientId"] = "c1"
+        assert (
+            await c.invoke(RemotingCommand.request(R.UNLOCK_BATCH_MQ, body=json.dumps(body).encode()))
+        ).code == 0
+        body["clientId"] = "c2"
+        resp = await c.invoke(RemotingCommand.request(R.LOCK_BATCH_MQ, body=json.dumps(body).encode()))
+        assert len(json.loads(resp.body)["lockOKMQSet"]) == 1
+        await c.aclose()
+
+
+def test_tag_hash_matches_java() -> None:
+    assert java_string_hash("TagA") == 2598919
+
+
+@pytest.mark.parametrize("flush", ["SYNC_FLUSH"])
+def test_sync_flush_send(flush: str) -> None:
+    @async_test
+    async def run() -> None:
+        async with Broker(flushDiskType=flush) as b:
+            c = await b.client()
+            resp = await c.invoke(send_v2("SF"))
+            assert resp.code == 0 and resp.ext_fields["queueOffset"] == "0"
+            await c.aclose()
+
+    run()
