@@ -455,10 +455,6 @@ class Connection:
         self._id: str | None = None
 
     @property
-    def client_known(self) -> bool:
-        return self.client is not None
-
-    @property
     def conn_id(self) -> str:
         if self._id is None:
             if self.client is None:
@@ -691,6 +687,8 @@ class TcpReassembler:
         if flags & TCP_SYN:
             if half.base is None:
                 half.base = (seq + 1) & _SEQ_MASK
+            if flags & TCP_ACK and other.base is None:
+                other.base = ack  # the capture missed the SYN; the SYN-ACK says where the client starts
             seq = (seq + 1) & _SEQ_MASK
         elif half.base is None:
             if not payload and not flags & TCP_FIN:
@@ -850,6 +848,9 @@ def _iter_segments(
                 non_tcp += 1
                 continue
             sport, dport, seq, ack, off_flags, _, _, _ = tcp_unpack(buf, tcp)
+            if off_flags < 0x5000:  # data offset below the 20-byte minimum header
+                non_tcp += 1
+                continue
             data = tcp + (off_flags >> 12) * 4
             missing = 0
             if ip_end > end:

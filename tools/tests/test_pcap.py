@@ -531,3 +531,15 @@ def test_random_segmentation_order_duplicates_and_overlaps_rebuild_the_stream(se
     assert b"".join(c.data for c in chunks) == stream
     assert [c.offset for c in chunks] == list(itertools.accumulate([0] + [len(c.data) for c in chunks[:-1]]))
     assert not [e for e in reasm.out if isinstance(e, StreamGap)]
+
+
+def test_capture_starting_at_the_syn_ack_needs_no_resync(tmp_path: Path) -> None:
+    c = Tcp(("10.0.0.1", 50001), ("10.0.0.2", 50002))  # no well-known port either
+    _, synack, ack = c.handshake()  # the capture missed the SYN
+    frame = encode_frame(cmd(34, 1, body=b"x" * 10))
+    segs = c.send("c", frame, mss=5)
+    segs[0], segs[1] = segs[1], segs[0]  # out of order from the first byte on
+    reader = read_frames(write(tmp_path / "x.pcap", [synack, ack, *segs]))
+    got = list(reader)
+    assert [(f.raw, f.direction, f.src) for f in got] == [(frame, "c2s", c.client)]
+    assert reader.stats.resync_skipped_bytes == 0
