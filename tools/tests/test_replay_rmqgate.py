@@ -1,0 +1,217 @@
+"""The traffic tools against the real rmqgate: corpus replays, a real client through the proxy.
+
+Each test starts its own ``rmqgate serve`` (both roles, empty store) so a replay meets the fresh
+state the recording started from.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from rmqgate.tools.capture import CaptureWriter, Direction, Kind, read_capture
+from rmqgate.tools.proxy import RecordingProxy
+from rmqgate.tools.replay import ReplayOptions, replay_file
+from rmqgate.wire.codes import RequestCode
+from rmqgate.wire.frame import decode_frame
+
+ROOT = Path(__file__).resolve().parents[2]
+_CORPUS = ROOT.parent / "shared" / "corpus"  # listed at collection; tests open files via `corpus`
+PCAPS = [
+    str(p.relative_to(_CORPUS))
+    for d in ("pcap", "pcap-thirdparty")
+    for p in sorted((_CORPUS / d).glob("*.pcap"))
+]
+
+#: Responses that depend on timing the replay does not reproduce at --speed max: a pull may find a
+#: message the recorded one (parked) did not see yet, or the reverse.
+TIMING_DEPENDENT = {int(RequestCode.PULL_MESSAGE), int(RequestCode.LITE_PULL_MESSAGE)}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Rmqgate:
+    """``rmqgate serve --role all`` on free ports with a temporary store."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+        self.namesrv_port = _free_port()
+        self.broker_port = _free_port()
+        self.log = workdir / "rmqgate.log"
+        self._log = self.log.open("wb")
+        exe = Path(sys.executable).with_name("rmqgate")
+        self.proc = subprocess.Popen(
+            [str(exe), "serve", "--role", "all", "--namesrv-port", str(self.namesrv_port),
+             "--broker-port", str(self.broker_port), "--store", str(workdir / "store")],
+            stdout=self._log, stderr=subprocess.STDOUT, env=dict(os.environ, PYTHONUNBUFFERED="1"),
+        )  # fmt: skip
+
+    @property
+    def namesrv(self) -> str:
+        return f"127.0.0.1:{self.namesrv_port}"
+
+    def wait_ready(self, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(
+                    f"rmqgate serve exited {self.proc.returncode}:\n{self.log.read_text()[-3000:]}"
+                )
+            # ready, and the broker registered (a replay looks its address up)
+            if b"rmqgate ready" in self.log.read_bytes() and asyncio.run(_has_broker(self.namesrv)):
+                return
+            time.sleep(0.1)
+        raise RuntimeError(f"rmqgate serve not ready after {timeout} s:\n{self.log.read_text()[-3000:]}")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._log.close()
+
+
+async def _has_broker(namesrv: str) -> bool:
+    from rmqgate.tools.replay import discover_brokers
+
+    try:
+        return bool(await discover_brokers(namesrv, 2.0))
+    except (OSError, ConnectionError, TimeoutError, ValueError):
+        return False
+
+
+@pytest.fixture
+def rmqgate(tmp_path: Path) -> Iterator[Rmqgate]:
+    server = Rmqgate(tmp_path)
+    try:
+        server.wait_ready()
+        yield server
+    finally:
+        server.stop()
+
+
+def _unexplained(report: dict) -> list[dict]:
+    timing = {RequestCode(c).name for c in TIMING_DEPENDENT}
+    return [m for m in report["mismatch_details"] if m["request"] not in timing]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("pcap", PCAPS)
+def test_corpus_pcap_replays_against_rmqgate(pcap: str, corpus: Path, rmqgate: Rmqgate) -> None:
+    report, _ = asyncio.run(
+        replay_file(corpus / pcap, rmqgate.namesrv, ReplayOptions(speed=None, request_timeout=10))
+    )
+    assert report["errors"] == 0, report["error_kinds"]
+    answered = sum(sum(e["recorded"].values()) for e in report["by_code"].values())
+    assert report["responses"] >= answered
+    assert _unexplained(report) == [], report["mismatch_details"]
+
+
+def _run_cpp(args: dict, home: Path, timeout: float = 90) -> dict:
+    from rmqgate.compat_tests.drivers import run_cpp
+
+    return run_cpp(args, home, timeout=timeout)
+
+
+async def _record(namesrv: str, path: Path, session) -> RecordingProxy:
+    proxy = RecordingProxy(namesrv, CaptureWriter(path, source=f"proxy:{namesrv}"))
+    await proxy.start()
+    try:
+        await asyncio.to_thread(session, proxy.address)
+        await asyncio.sleep(0.3)
+    finally:
+        await proxy.stop()
+        proxy.writer.close()
+    return proxy
+
+
+@pytest.mark.slow
+def test_cpp_client_through_proxy_then_replay(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    capture = tmp_path / "cpp.rmqcap"
+    topic, group = "ReplayCppTopic", "ReplayCppGroup"
+    first_dir = tmp_path / "a"
+    first_dir.mkdir()
+    first = Rmqgate(first_dir)
+    try:
+        first.wait_ready()
+
+        def session(addr: str) -> None:
+            sent = _run_cpp({"scenario": "produce", "namesrv": addr, "group": "PG_" + group, "topic": topic,
+                             "count": 5, "mode": "sync"}, home)  # fmt: skip
+            assert len(sent["results"]) == 5 and not sent["errors"], sent
+            got = _run_cpp({"scenario": "push_consume", "namesrv": addr, "group": group, "topic": topic,
+                            "expect": 5, "wait_s": 30, "linger_s": 1.0}, home)  # fmt: skip
+            assert len(got["received"]) >= 5, got
+
+        proxy = asyncio.run(_record(first.namesrv, capture, session))
+    finally:
+        first.stop()
+    assert proxy.stats.rewritten > 0 and proxy.broker_ports
+    recs = list(read_capture(capture))
+    requests = [decode_frame(r.data) for r in recs if r.kind == Kind.FRAME and r.direction == Direction.C2S]
+    codes = {c.code for c in requests if not c.is_response}
+    assert {
+        RequestCode.GET_ROUTEINFO_BY_TOPIC,
+        RequestCode.SEND_MESSAGE_V2,
+        RequestCode.PULL_MESSAGE,
+    } <= codes
+    second_dir = tmp_path / "b"
+    second_dir.mkdir()
+    second = Rmqgate(second_dir)
+    try:
+        second.wait_ready()
+        report, _ = asyncio.run(replay_file(capture, second.namesrv, ReplayOptions(speed=1.0)))
+    finally:
+        second.stop()
+    assert report["errors"] == 0, report["error_kinds"]
+    assert report["mismatches"] == 0, report["mismatch_details"]
+    assert report["by_code"]["SEND_MESSAGE_V2"]["responses"].get("SUCCESS", 0) >= 5
+
+
+@pytest.mark.slow
+def test_cpp_client_killed_mid_stream_through_proxy(tmp_path: Path, rmqgate: Rmqgate) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    capture = tmp_path / "killed.rmqcap"
+    from rmqgate.compat_tests.drivers import CPP_DRIVER
+
+    def session(addr: str) -> None:
+        import json
+
+        args = {"scenario": "produce", "namesrv": addr, "group": "PG_kill", "topic": "KillTopic",
+                "count": 100000, "mode": "async", "wait_s": 60}  # fmt: skip
+        env = dict(os.environ, HOME=str(home))
+        env.pop("PYTHONPATH", None)
+        proc = subprocess.Popen([sys.executable, str(CPP_DRIVER), json.dumps(args)], env=env, cwd=home,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+        time.sleep(6)  # sending by now
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+
+    proxy = asyncio.run(_record(rmqgate.namesrv, capture, session))
+    recs = list(read_capture(capture))
+    frames = [r for r in recs if r.kind == Kind.FRAME]
+    sends = [decode_frame(r.data) for r in frames if r.direction == Direction.C2S]
+    assert sum(1 for c in sends if c.code == RequestCode.SEND_MESSAGE_V2) > 10
+    opens = {r.conn_id for r in recs if r.kind == Kind.CONN_OPEN}
+    closes = {r.conn_id for r in recs if r.kind == Kind.CONN_CLOSE}
+    assert opens == closes and len(opens) == proxy.stats.connections
+    assert len(frames) == proxy.stats.frames
