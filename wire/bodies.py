@@ -88,7 +88,10 @@ def _dec_int(value: Any, path: str) -> int:
     if isinstance(value, bool):
         return int(value)
     if isinstance(value, str) and _INT_TEXT.fullmatch(value.strip()):
-        return int(value)
+        try:
+            return int(value)
+        except ValueError:  # beyond int's digit limit
+            raise BodyError(f"{path}: {value[:40]!r}... is too long for an integer") from None
     if isinstance(value, float) and value.is_integer():
         return int(value)
     raise BodyError(f"{path}: expected an integer, got {value!r}")

@@ -21,6 +21,7 @@ from rmqgate.wire.errors import BodyError
 __all__ = ["ObjectKey", "dumps", "loads"]
 
 JS_SAFE_INTEGER = 9007199254740991
+MAX_DEPTH = 200  # nesting the fallback parser accepts (RocketMQ bodies nest a handful of levels)
 
 
 class ObjectKey(tuple):
@@ -118,7 +119,10 @@ class _TolerantParser:
         m = _NUMBER.match(text, pos)
         if m:
             s = m.group()
-            return (float(s) if m.group(1) or m.group(2) else int(s)), m.end()
+            try:
+                return (float(s) if m.group(1) or m.group(2) else int(s)), m.end()
+            except ValueError:  # beyond int's digit limit
+                raise self.fail(pos, "number too long") from None
         for word, val in (("true", True), ("false", False), ("null", None)):
             if text.startswith(word, pos):
                 return val, pos + len(word)
@@ -132,7 +136,7 @@ class _TolerantParser:
 
     def enter(self, pos: int) -> None:
         self.depth += 1
-        if self.depth > 500:
+        if self.depth > MAX_DEPTH:
             raise self.fail(pos, "nesting too deep")
 
     def key(self, pos: int) -> tuple[Any, int]:

@@ -364,6 +364,7 @@ def test_connections_and_tables() -> None:
         (TopicStatsTable, b'{"offsetTable":{"x":{}}}', "offsetTable"),
         (ConsumerOffsetSerializeWrapper, b'{"offsetTable":{"t@g":{0:"x"}}}', "offsetTable"),
         (SubscriptionGroupConfig, b'{"consumeEnable":"maybe"}', "consumeEnable"),
+        (TopicConfig, b'{"perm":"' + b"7" * 5000 + b'"}', "TopicConfig.perm"),
     ],
 )
 def test_malformed_bodies_name_the_field(cls: type[JsonBody], body: bytes, where: str) -> None:

@@ -68,6 +68,11 @@ def test_malformed_json_is_a_body_error(bad: bytes) -> None:
         loads(bad)
 
 
+def test_numbers_beyond_the_digit_limit_are_a_body_error() -> None:
+    with pytest.raises(BodyError, match="number too long"):
+        loads("{0:" + "9" * 5000 + "}")
+
+
 def test_deep_nesting_is_a_body_error() -> None:
     with pytest.raises(BodyError):
         loads("[" * 100_000 + "]" * 100_000)
