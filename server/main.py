@@ -1,0 +1,125 @@
+"""``rmqgate serve``: the name server and/or the broker in one asyncio process.
+
+With no arguments both roles run (name server on 9876, broker on 10911, store ~/.rmqgate/store, the
+broker registering with the local name server). broker.conf keys are read with ``--conf``; command-line
+flags win over the file. When listening, one line goes to stdout for harnesses to wait on::
+
+    rmqgate ready: namesrv 127.0.0.1:9876 broker 127.0.0.1:10911
+
+SIGTERM/SIGINT: unregister from the name servers, answer parked pulls, flush and close the store
+(removing its abort file), exit 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import sys
+
+from rmqgate.server.config import BrokerConfig, load_broker_conf
+
+log = logging.getLogger("rmqgate.server.main")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--store", metavar="DIR", help="store root (storePathRootDir); default ~/.rmqgate/store")
+    parser.add_argument("--namesrv-port", type=int, default=None, help="name server port (default 9876; 0 = any)")
+    parser.add_argument("--broker-port", type=int, default=None, help="broker port (listenPort, default 10911; 0 = any)")
+    parser.add_argument("--role", choices=("all", "namesrv", "broker"), default="all")
+    parser.add_argument(
+        "--namesrv-addr", metavar="HOST:PORT[;HOST:PORT]", help="name servers the broker registers with (namesrvAddr)"
+    )
+    parser.add_argument("--conf", metavar="broker.conf", help="RocketMQ broker properties file")
+    parser.add_argument("--listen", metavar="HOST", default="0.0.0.0", help="address to listen on (default 0.0.0.0)")
+    parser.add_argument("--idle-timeout", type=float, default=120.0, help="close idle connections after N s")
+    parser.add_argument("--log-level", default=os.environ.get("RMQGATE_LOG_LEVEL", "INFO"))
+
+
+def build_config(args: argparse.Namespace) -> BrokerConfig:
+    config = BrokerConfig()
+    if args.conf:
+        load_broker_conf(args.conf, config)
+    if args.store:
+        config.storePathRootDir = args.store
+    if args.broker_port is not None:
+        config.listenPort = args.broker_port
+    if args.namesrv_addr:
+        config.namesrvAddr = args.namesrv_addr
+    config.storePathRootDir = os.path.expanduser(config.storePathRootDir)
+    return config
+
+
+def _advertised(host: str) -> str:
+    return "127.0.0.1" if host in ("0.0.0.0", "", "::") else host
+
+
+async def serve(args: argparse.Namespace, stop: asyncio.Event | None = None) -> int:
+    from rmqgate.server.namesrv import NamesrvController
+    from rmqgate.server.remoting import RemotingServer
+
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.add_signal_handler(sig, stop.set)
+    config = build_config(args)
+    parts = []
+    namesrv = namesrv_server = broker = None
+    try:
+        if args.role in ("all", "namesrv"):
+            port = 9876 if args.namesrv_port is None else args.namesrv_port
+            kv_path = os.path.join(os.path.expanduser("~"), ".rmqgate", "namesrv", "kvConfig.json")
+            if args.store:
+                kv_path = os.path.join(config.storePathRootDir, "namesrv", "kvConfig.json")
+            namesrv = NamesrvController(kv_config_path=kv_path)
+            namesrv_server = RemotingServer(
+                args.listen, port, namesrv.processors(), idle_timeout=args.idle_timeout, name="namesrv"
+            )
+            await namesrv_server.start()
+            await namesrv.start()
+            namesrv_addr = f"{_advertised(args.listen)}:{namesrv_server.port}"
+            parts.append(f"namesrv {namesrv_addr}")
+            log.info("name server listening on %s:%d", args.listen, namesrv_server.port)
+            if args.role == "all" and not config.namesrvAddr:
+                config.namesrvAddr = namesrv_addr
+        if args.role in ("all", "broker"):
+            from rmqgate.server.broker import BrokerController
+
+            broker = BrokerController(config, listen_host=args.listen, idle_timeout=args.idle_timeout)
+            await broker.start()
+            parts.append(f"broker {config.broker_addr}")
+            log.info(
+                "broker %s (cluster %s) listening on %s:%d, store %s, name servers %s",
+                config.brokerName, config.brokerClusterName, args.listen, broker.port,
+                config.storePathRootDir, config.namesrvAddr or "-",
+            )  # fmt: skip
+        print("rmqgate ready: " + " ".join(parts), flush=True)
+        await stop.wait()
+        log.info("shutting down")
+        return 0
+    finally:
+        if broker is not None:
+            await broker.stop()
+        if namesrv is not None:
+            await namesrv.stop()
+        if namesrv_server is not None:
+            await namesrv_server.stop()
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(
+        level=getattr(logging, str(args.log_level).upper(), logging.INFO),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        return asyncio.run(serve(args))
+    except OSError as exc:
+        print(f"rmqgate serve: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 0
