@@ -1,7 +1,7 @@
 """Broker processors over real sockets: send/pull/offsets/query/admin/client management.
 
-Runs against the in-memory store double (server/memstore.py) so processor behaviour is tested on its
-own; test_e2e.py runs the same flows on the real store.
+Each test runs twice: on the in-memory store double (server/memstore.py, processor behaviour on its
+own) and on the real store (files + LMDB in a temp dir).
 """
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from pathlib import Path
 
 import pytest
 
@@ -17,21 +18,41 @@ from rmqgate.server.client import RemotingClient
 from rmqgate.server.config import BrokerConfig
 from rmqgate.server.memstore import MemoryMessageStore
 from rmqgate.server.testing import async_test
-from rmqgate.store.api import StoreConfig
+from rmqgate.store.api import StoreConfig, open_store
 from rmqgate.wire import RemotingCommand, ResponseCode, SerializeType
 from rmqgate.wire.codes import RequestCode as R
 from rmqgate.wire.message import BatchEntry, encode_batch, format_properties, iter_messages, java_string_hash
 
 
-class Broker:
-    def __init__(self, **overrides: object) -> None:
+@pytest.fixture(params=["memory", "real"])
+def Broker(request: pytest.FixtureRequest, tmp_path: Path):
+    """Factory of test brokers on the in-memory store double or on the real store in tmp_path."""
+    counter = iter(range(1000))
+
+    def make(**overrides: object) -> _Broker:
+        root = str(tmp_path / f"store{next(counter)}") if request.param == "real" else None
+        return _Broker(root, **overrides)
+
+    return make
+
+
+class _Broker:
+    def __init__(self, root: str | None, **overrides: object) -> None:
         self.config = BrokerConfig(brokerName="broker-t", listenPort=0, brokerIP1="127.0.0.1", **overrides)  # type: ignore[arg-type]
-        self.store = MemoryMessageStore(
-            StoreConfig(store_path_root_dir="", flush_disk_type=self.config.flushDiskType)
-        )
+        if root is None:
+            self.store = MemoryMessageStore(
+                StoreConfig(store_path_root_dir="", flush_disk_type=self.config.flushDiskType)
+            )
+        else:
+            self.config.storePathRootDir = root
+            self.config.mappedFileSizeCommitLog = 1 << 20
+            self.config.mappedFileSizeConsumeQueue = 6000
+            self.config.maxHashSlotNum = 5000
+            self.config.maxIndexNum = 20000
+            self.store = open_store(self.config.store_config())
         self.broker = BrokerController(self.config, self.store, listen_host="127.0.0.1", scan_interval=0.1)
 
-    async def __aenter__(self) -> Broker:
+    async def __aenter__(self) -> _Broker:
         await self.broker.start()
         return self
 
@@ -121,7 +142,7 @@ def heartbeat(
 
 
 @async_test
-async def test_send_autocreate_and_pull_both_serializations() -> None:
+async def test_send_autocreate_and_pull_both_serializations(Broker) -> None:
     async with Broker() as b:
         c = await b.client()
         for ser in (SerializeType.JSON, SerializeType.ROCKETMQ):
@@ -157,7 +178,7 @@ async def test_send_autocreate_and_pull_both_serializations() -> None:
 
 
 @async_test
-async def test_send_validation() -> None:
+async def test_send_validation(Broker) -> None:
     async with Broker(autoCreateTopicEnable=False, maxMessageSize=1024) as b:
         c = await b.client()
         resp = await c.invoke(send_v2("NoSuch"))
@@ -190,7 +211,7 @@ async def test_send_validation() -> None:
 
 
 @async_test
-async def test_send_v1_and_batches() -> None:
+async def test_send_v1_and_batches(Broker) -> None:
     async with Broker() as b:
         c = await b.client()
         v1 = send_v2("B", keys="K1")
@@ -226,7 +247,7 @@ async def test_send_v1_and_batches() -> None:
 
 
 @async_test
-async def test_long_polling_wakes_on_arrival_and_times_out() -> None:
+async def test_long_polling_wakes_on_arrival_and_times_out(Broker) -> None:
     async with Broker() as b:
         c = await b.client()
         assert (await c.invoke(send_v2("LP"))).code == 0
@@ -253,7 +274,7 @@ async def test_long_polling_wakes_on_arrival_and_times_out() -> None:
 
 
 @async_test
-async def test_offsets_and_commit_side_effect() -> None:
+async def test_offsets_and_commit_side_effect(Broker) -> None:
     async with Broker() as b:
         c = await b.client()
         for i in range(3):
@@ -289,7 +310,7 @@ async def test_offsets_and_commit_side_effect() -> None:
 
 
 @async_test
-async def test_query_and_view() -> None:
+async def test_query_and_view(Broker) -> None:
     async with Broker() as b:
         c = await b.client()
         resp = await c.invoke(send_v2("Q", b"findme", keys="order-1 order-2", uniq="UNIQ1"))
@@ -318,7 +339,7 @@ async def test_query_and_view() -> None:
 
 
 @async_test
-async def test_heartbeat_consumer_list_and_notify() -> None:
+async def test_heartbeat_consumer_list_and_notify(Broker) -> None:
     async with Broker() as b:
         notices: list[RemotingCommand] = []
 
@@ -367,7 +388,7 @@ async def test_heartbeat_consumer_list_and_notify() -> None:
 
 
 @async_test
-async def test_admin_codes_and_unknown() -> None:
+async def test_admin_codes_and_unknown(Broker) -> None:
     async with Broker() as b:
         c = await b.client()
         await c.invoke(send_v2("ADM"))
@@ -416,7 +437,7 @@ async def test_admin_codes_and_unknown() -> None:
 
 
 @async_test
-async def test_lite_pull_and_5x_fields_and_locks() -> None:
+async def test_lite_pull_and_5x_fields_and_locks(Broker) -> None:
     async with Broker() as b:
         c = await b.client()
         for i in range(5):
@@ -450,14 +471,10 @@ def test_tag_hash_matches_java() -> None:
     assert java_string_hash("TagA") == 2598919
 
 
-@pytest.mark.parametrize("flush", ["SYNC_FLUSH"])
-def test_sync_flush_send(flush: str) -> None:
-    @async_test
-    async def run() -> None:
-        async with Broker(flushDiskType=flush) as b:
-            c = await b.client()
-            resp = await c.invoke(send_v2("SF"))
-            assert resp.code == 0 and resp.ext_fields["queueOffset"] == "0"
-            await c.aclose()
-
-    run()
+@async_test
+async def test_sync_flush_send(Broker) -> None:
+    async with Broker(flushDiskType="SYNC_FLUSH") as b:
+        c = await b.client()
+        resp = await c.invoke(send_v2("SF"))
+        assert resp.code == 0 and resp.ext_fields["queueOffset"] == "0"
+        await c.aclose()
