@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
+from decimal import Decimal
 from typing import Any
 
 from rmqgate.wire.errors import BodyError
@@ -236,6 +237,18 @@ def _string(s: str, browser: bool) -> str:
     return f'"{pattern.sub(_escape_char, s)}"'
 
 
+def _java_double(value: float) -> str:
+    """fastjson's double (RyuDouble): shortest digits, Java notation ("1.0", "1.0E7", "1.5E-4")."""
+    if value != value or value in (float("inf"), float("-inf")):
+        return "null"
+    if value == 0 or 1e-3 <= abs(value) < 1e7:
+        text = repr(value)  # never scientific in this range
+        return text if "." in text else text + ".0"
+    sign, digits, exponent = Decimal(repr(value)).normalize().as_tuple()
+    text = "".join(map(str, digits))
+    return f"{'-' if sign else ''}{text[0]}.{text[1:] or '0'}E{exponent + len(digits) - 1}"
+
+
 def _java_order(key: Any) -> Any:
     """TreeMap order: numbers numerically, strings by UTF-16 code units like String.compareTo."""
     if isinstance(key, str):
@@ -268,9 +281,7 @@ class _Writer:
                 return f'"{int(value)}"'
             return str(int(value))
         if isinstance(value, float):
-            if value != value or value in (float("inf"), float("-inf")):
-                return "null"
-            return repr(value)
+            return _java_double(value)
         raise TypeError(f"cannot write {type(value).__name__} as JSON")
 
     def key(self, key: Any) -> tuple[str, bool]:

@@ -110,6 +110,14 @@ def test_string_escapes_match_fastjson() -> None:
     assert dumps([s], quoted_keys=True) == b'["q\\"b\\\\n\\nt\\tc\\u0001d\\u007Fe\\u2028\\uD83D\\uDE00"]'
 
 
+def test_doubles_are_written_in_java_notation() -> None:
+    values = [0.0, 1.5, 123.0, 0.001, 1e7, 12345678.9, 1e20, 1.5e-4, -2.5e-10]
+    assert (
+        dumps(values, quoted_keys=False) == b"[0.0,1.5,123.0,0.001,1.0E7,1.23456789E7,1.0E20,1.5E-4,-2.5E-10]"
+    )
+    assert loads(dumps(values, quoted_keys=True)) == values
+
+
 def test_pretty_format_shape() -> None:
     obj = {"offsetTable": {"t@g": {0: 1, 1: 2}}, "empty": {}, "list": ["a"], "none": []}
     assert dumps(obj, quoted_keys=False, pretty=True, sort_keys=False) == (
@@ -141,7 +149,13 @@ def test_store_config_files_rewrite_byte_for_byte(corpus: Path, tmp_path: Path) 
 # --- properties ----------------------------------------------------------------------------------
 
 _text = st.text(st.characters(codec="utf-8"), max_size=12) | st.sampled_from(['{0:"', ",1:", '\\"', "{", ":"])
-_scalars = st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | _text
+_scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**63 - 1)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | _text
+)
 _values = st.recursive(
     _scalars,
     lambda inner: (
