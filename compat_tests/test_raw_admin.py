@@ -152,8 +152,12 @@ def test_create_topic_with_invalid_name(cluster, broker, bad):
 
 @pytest.mark.parametrize("which", ["cluster-name", "SCHEDULE_TOPIC_XXXX", "TBW102", "rmq_sys_prefix"])
 def test_create_system_topic_is_refused(cluster, broker, which):
+    """AdminBrokerProcessor.updateAndCreateTopic: TopicValidator.isSystemTopic -> SYSTEM_ERROR."""
     topic = {"cluster-name": cluster.cluster_name, "rmq_sys_prefix": "rmq_sys_compat"}.get(which, which)
-    resp = broker.create_topic(topic)
+    # the config a wrongly accepted request would write is the built-in one (TBW102: 8/8, perm 7), so a
+    # server that fails this test does not break topic auto-creation for the rest of the suite
+    queues, perm = {"TBW102": (8, 7), "SCHEDULE_TOPIC_XXXX": (18, 6)}.get(topic, (4, 6))
+    resp = broker.create_topic(topic, queues, perm=perm)
     assert resp.code == ResponseCode.SYSTEM_ERROR
     assert "system" in (resp.remark or "").lower()
 

@@ -98,9 +98,20 @@ def test_send_to_bad_queue_id(cluster, uniq, make_topic, broker):
     assert "queueId" in (resp.remark or "")
 
 
-def test_send_topic_name_too_long(cluster, broker):
-    resp = broker.send_message("T" * 128, b"x")
-    assert resp.code == ResponseCode.MESSAGE_ILLEGAL
+@pytest.mark.parametrize(
+    "topic", ["T" * 128, "bad topic", "semi;colon"], ids=["too-long", "space", "semicolon"]
+)
+def test_send_to_invalid_topic_name(cluster, broker, topic):
+    """4.9.8 msgCheck runs TopicValidator.validateTopic: SYSTEM_ERROR with a remark."""
+    resp = broker.send_message(topic, b"x")
+    assert resp.code == ResponseCode.SYSTEM_ERROR
+    assert resp.remark
+
+
+@pytest.mark.parametrize("topic", ["SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_HALF_TOPIC", "OFFSET_MOVED_EVENT"])
+def test_send_to_not_allowed_system_topic(cluster, broker, topic):
+    """TopicValidator.isNotAllowedSendTopic: NO_PERMISSION."""
+    assert broker.send_message(topic, b"x").code == ResponseCode.NO_PERMISSION
 
 
 def test_send_oversize_body_is_message_illegal(cluster, uniq, make_topic, broker):
@@ -232,9 +243,8 @@ def test_pull_commit_offset_side_effect(cluster, uniq, make_topic, broker):
     group = uniq("g")
     for _ in range(3):
         broker.send_message(topic, b"x")
-    resp = pull_all(
-        broker, group, topic, 0, 2, commit_offset=2, sys_flag=PULL_SUBSCRIPTION | PULL_COMMIT_OFFSET
-    )
+    flags = PULL_SUBSCRIPTION | PULL_COMMIT_OFFSET
+    resp = broker.pull(group, topic, 0, 2, commit_offset=2, sys_flag=flags, subscription="*")
     assert resp.code == ResponseCode.SUCCESS
     q = broker.invoke(
         RequestCode.QUERY_CONSUMER_OFFSET, {"consumerGroup": group, "topic": topic, "queueId": 0}
