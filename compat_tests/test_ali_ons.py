@@ -113,6 +113,7 @@ def test_offset_calls(cluster, uniq, make_topic, client_home):
     args = {
         "namesrv": cluster.namesrv,
         "broker": cluster.broker,
+        "brokerName": cluster.broker_name,
         "topic": topic,
         "group": group,
         "queues": 2,

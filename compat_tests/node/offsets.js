@@ -1,9 +1,11 @@
 'use strict';
 // ali-ons offset calls against the broker: QUERY_CONSUMER_OFFSET (14), UPDATE_CONSUMER_OFFSET
 // oneway (15), GET_MAX_OFFSET (30), SEARCH_OFFSET_BY_TIMESTAMP (29) for every queue of a topic.
-// args: namesrv, broker, topic, group, queues, commit: {queueId: offset}
+// The max/search calls go through MQClient's own route lookup (what the consumer uses).
+// args: namesrv, broker, brokerName, topic, group, queues, commit: {queueId: offset}
 
 const { Producer } = require('ali-ons');
+const MessageQueue = require('ali-ons/lib/message_queue');
 const { args, clientOptions, run, sleep } = require('./common');
 
 run(async () => {
@@ -21,9 +23,10 @@ run(async () => {
   };
   for (let q = 0; q < queues; q++) {
     out.before[q] = await query(q);
-    out.max[q] = await api.getMaxOffset(args.broker, args.topic, q, 5000);
-    out.searchPast[q] = await api.searchOffset(args.broker, args.topic, q, Date.now() - 3600 * 1000, 5000);
-    out.searchFuture[q] = await api.searchOffset(args.broker, args.topic, q, Date.now() + 3600 * 1000, 5000);
+    const mq = new MessageQueue(args.topic, args.brokerName, q);
+    out.max[q] = await api.maxOffset(mq);
+    out.searchPast[q] = await api.searchOffset(mq, Date.now() - 3600 * 1000);
+    out.searchFuture[q] = await api.searchOffset(mq, Date.now() + 3600 * 1000);
   }
   for (const [q, offset] of Object.entries(args.commit || {})) {
     await api.updateConsumerOffsetOneway(args.broker, {
