@@ -1,0 +1,327 @@
+"""Bad input never crashes the server: fuzzed frames, headers, extFields and bodies (hypothesis) and a
+bounded random-bytes run against a name server + broker (real store) running in a background thread.
+
+After every example a separate, long-lived connection must still be answered; processors must answer
+bad requests with an error response (typed CodecError -> SYSTEM_ERROR), never with an unexpected
+exception (those are logged by the core as "processor failed" and counted here).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import random
+import socket
+import struct
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from rmqgate.server.broker import BrokerController
+from rmqgate.server.config import BrokerConfig
+from rmqgate.server.namesrv import NamesrvController
+from rmqgate.server.remoting import RemotingServer
+from rmqgate.wire import FrameDecoder, RemotingCommand, SerializeType, encode_frame
+from rmqgate.wire.codes import RequestCode
+from rmqgate.wire.message import BatchEntry, encode_batch, format_properties
+
+
+class _Failures(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+class ServerThread:
+    def __init__(self, root: Path) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.ready = threading.Event()
+        self.stopped = asyncio.Event()
+        self.root = root
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+        assert self.ready.wait(20), "server thread did not start"
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_until_complete(self._main())
+
+    async def _main(self) -> None:
+        self.namesrv = NamesrvController()
+        self.ns_server = RemotingServer("127.0.0.1", 0, self.namesrv.processors())
+        await self.ns_server.start()
+        config = BrokerConfig(
+            brokerName="fuzz", listenPort=0, namesrvAddr=f"127.0.0.1:{self.ns_server.port}",
+            storePathRootDir=str(self.root), mappedFileSizeCommitLog=1 << 22, mappedFileSizeConsumeQueue=6000,
+            maxHashSlotNum=5000, maxIndexNum=20000,
+        )  # fmt: skip
+        self.broker = BrokerController(config, listen_host="127.0.0.1")
+        await self.broker.start()
+        self.ports = {"namesrv": self.ns_server.port, "broker": self.broker.port}
+        self.ready.set()
+        await self.stopped.wait()
+        await self.broker.stop()
+        await self.ns_server.stop()
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.stopped.set)
+        self.thread.join(20)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServerThread, _Failures]]:
+    failures = _Failures()
+    logging.getLogger("rmqgate.server").addHandler(failures)
+    srv = ServerThread(tmp_path_factory.mktemp("fuzzstore"))
+    try:
+        yield srv, failures
+    finally:
+        srv.stop()
+        logging.getLogger("rmqgate.server").removeHandler(failures)
+
+
+def roundtrip(port: int, cmd: RemotingCommand, timeout: float = 5.0) -> RemotingCommand:
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+        s.sendall(encode_frame(cmd))
+        dec = FrameDecoder()
+        while True:
+            data = s.recv(65536)
+            assert data, "connection closed instead of answering"
+            for resp in dec.feed(data):
+                if resp.opaque == cmd.opaque:
+                    return resp
+
+
+def healthy(srv: ServerThread) -> None:
+    for port in srv.ports.values():
+        resp = roundtrip(
+            port, RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "TBW102"}, opaque=7)
+        )
+        assert resp.is_response and resp.opaque == 7
+
+
+def fire(port: int, data: bytes, wait: float = 0.3) -> bytes:
+    """Send bytes; return whatever comes back before the server closes or ``wait`` passes."""
+    out = bytearray()
+    with socket.create_connection(("127.0.0.1", port), timeout=2) as s:
+        try:
+            s.sendall(data)
+            s.settimeout(wait)
+            while True:
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                out += chunk
+        except (TimeoutError, ConnectionResetError, BrokenPipeError):
+            pass
+    return bytes(out)
+
+
+CODES = sorted({int(c) for c in RequestCode} - {RequestCode.PULL_MESSAGE, RequestCode.LITE_PULL_MESSAGE})
+FIELDS = [
+    "topic", "a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "m", "consumerGroup", "queueId", "queueOffset",
+    "maxMsgNums", "sysFlag", "commitOffset", "suspendTimeoutMillis", "subVersion", "subscription", "offset",
+    "commitOffset", "timestamp", "key", "maxNum", "beginTimestamp", "endTimestamp", "brokerName", "brokerAddr",
+    "clusterName", "haServerAddr", "brokerId", "compressed", "bodyCrc32", "namespace", "value", "clientID",
+    "producerGroup", "defaultTopic", "readQueueNums", "writeQueueNums", "perm", "topicFilterType", "order",
+    "groupName", "cluster", "_UNIQUE_KEY_QUERY",
+]  # fmt: skip
+values = st.one_of(
+    st.sampled_from(
+        [
+            "",
+            "0",
+            "1",
+            "-1",
+            "4",
+            "true",
+            "false",
+            "TBW102",
+            "FuzzT",
+            "%RETRY%g",
+            "*",
+            "2147483648",
+            "9" * 30,
+            "x y",
+            "\x01\x02",
+            "SINGLE_TAG",
+            "g",
+        ]
+    ),
+    st.text(max_size=20),
+    st.integers(-(2**63), 2**63).map(str),
+)
+bodies = st.one_of(
+    st.none(),
+    st.binary(max_size=300),
+    st.sampled_from(
+        [
+            b"{}",
+            b"[]",
+            b"null",
+            b'{"consumerDataSet":[{}]}',
+            b'{"consumerDataSet":[1]}',
+            b'{"clientID":"c","consumerDataSet":[{"groupName":"g","subscriptionDataSet":[{"topic":"FuzzT","subVersion":"x"}]}]}',
+            b'{"mqSet":[{"queueId":"x"}]}',
+            b'{"counter":"a"}',
+            b'{"groupName":5}',
+            b"\x78\x9c\x03\x00",
+        ]
+    ),
+    st.builds(
+        lambda xs: encode_batch([BatchEntry(body=x) for x in xs]),
+        st.lists(st.binary(max_size=20), max_size=3),
+    ),
+)
+
+
+@st.composite
+def commands(draw: st.DrawFn) -> RemotingCommand:
+    ext = draw(st.dictionaries(st.sampled_from(FIELDS), values, max_size=12))
+    if draw(st.booleans()):
+        ext["i"] = format_properties(
+            draw(
+                st.dictionaries(
+                    st.sampled_from(["TAGS", "KEYS", "DELAY", "TRAN_MSG", "UNIQ_KEY"]), values, max_size=3
+                )
+            )
+        )
+    return RemotingCommand.request(
+        draw(st.sampled_from(CODES)),
+        ext if draw(st.booleans()) or ext else None,
+        draw(bodies),
+        opaque=draw(st.integers(1, 2**31 - 1)),
+        serialize_type=draw(st.sampled_from([SerializeType.JSON, SerializeType.ROCKETMQ])),
+        version=draw(st.sampled_from([0, 63, 121, 333, 409, 479, -5])),
+    )
+
+
+_NOW = "1700000000000"
+TEMPLATES: list[tuple[int, dict[str, str], bytes | None]] = [
+    (310, {"a": "PG", "b": "FuzzT", "c": "TBW102", "d": "4", "e": "0", "f": "0", "g": _NOW, "h": "0",
+           "i": "TAGS\x01A\x02KEYS\x01k1", "j": "0", "k": "false", "m": "false"}, b"body"),
+    (10, {"producerGroup": "PG", "topic": "FuzzT", "defaultTopic": "TBW102", "defaultTopicQueueNums": "4",
+          "queueId": "1", "sysFlag": "0", "bornTimestamp": _NOW, "flag": "0"}, b"body"),
+    (320, {"a": "PG", "b": "FuzzT", "c": "TBW102", "d": "4", "e": "0", "f": "0", "g": _NOW, "h": "0", "m": "true"},
+     encode_batch([BatchEntry(body=b"x", properties={"UNIQ_KEY": "U"})])),
+    (11, {"consumerGroup": "G", "topic": "FuzzT", "queueId": "0", "queueOffset": "0", "maxMsgNums": "32",
+          "sysFlag": "5", "commitOffset": "1", "suspendTimeoutMillis": "100", "subVersion": "0",
+          "subscription": "A||B", "expressionType": "TAG"}, None),
+    (34, {}, b'{"clientID":"c1","consumerDataSet":[{"groupName":"G","consumeType":"CONSUME_PASSIVELY",'
+              b'"messageModel":"CLUSTERING","consumeFromWhere":"CONSUME_FROM_FIRST_OFFSET",'
+              b'"subscriptionDataSet":[{"topic":"FuzzT","subString":"*","subVersion":1}]}],'
+              b'"producerDataSet":[{"groupName":"PG"}]}'),
+    (103, {"brokerName": "b", "brokerAddr": "127.0.0.1:1", "clusterName": "C", "haServerAddr": "x",
+           "brokerId": "0", "compressed": "false"},
+     b'{"filterServerList":[],"topicConfigSerializeWrapper":{"dataVersion":{"counter":1,"timestamp":1},'
+     b'"topicConfigTable":{"Z":{"topicName":"Z","readQueueNums":1,"writeQueueNums":1,"perm":6}}}}'),
+    (14, {"consumerGroup": "G", "topic": "FuzzT", "queueId": "0"}, None),
+    (15, {"consumerGroup": "G", "topic": "FuzzT", "queueId": "0", "commitOffset": "3"}, None),
+    (29, {"topic": "FuzzT", "queueId": "0", "timestamp": _NOW}, None),
+    (33, {"offset": "0"}, None),
+    (12, {"topic": "FuzzT", "key": "k1", "maxNum": "3", "beginTimestamp": "0", "endTimestamp": "9" * 15}, None),
+    (17, {"topic": "FuzzT2", "defaultTopic": "TBW102", "readQueueNums": "2", "writeQueueNums": "2", "perm": "6",
+          "topicFilterType": "SINGLE_TAG", "order": "false"}, None),
+    (41, {}, b'{"consumerGroup":"G","clientId":"c1","mqSet":[{"topic":"FuzzT","brokerName":"fuzz","queueId":0}]}'),
+    (105, {"topic": "FuzzT"}, None),
+]  # fmt: skip
+
+
+@st.composite
+def mutated(draw: st.DrawFn) -> RemotingCommand:
+    code, ext, body = draw(st.sampled_from(TEMPLATES))
+    ext = dict(ext)
+    for key in draw(st.lists(st.sampled_from(sorted(ext) or ["x"]), max_size=3)):
+        if draw(st.booleans()):
+            ext.pop(key, None)
+        else:
+            ext[key] = draw(values)
+    if body is not None and draw(st.integers(0, 3)) == 0:
+        cut = draw(st.integers(0, len(body)))
+        body = body[:cut] + draw(st.binary(max_size=8))
+    if code == 11 and "sysFlag" in ext and ext["sysFlag"].lstrip("-").isdigit():
+        ext["sysFlag"] = str(
+            int(ext["sysFlag"]) & ~2 & 0x7FFFFFFF
+        )  # never park: the test waits for an answer
+    return RemotingCommand.request(
+        code, ext, body, opaque=draw(st.integers(1, 2**31 - 1)),
+        serialize_type=draw(st.sampled_from([SerializeType.JSON, SerializeType.ROCKETMQ])),
+    )  # fmt: skip
+
+
+FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+
+
+@FUZZ
+@given(cmd=st.one_of(commands(), mutated()))
+def test_fuzzed_requests_get_an_answer(server: tuple[ServerThread, _Failures], cmd: RemotingCommand) -> None:
+    srv, failures = server
+    for port in srv.ports.values():
+        resp = roundtrip(port, cmd)
+        assert resp.is_response and resp.serialize_type == cmd.serialize_type
+        assert resp.code != 0 or cmd.code not in (RequestCode.REGISTER_BROKER,) or cmd.ext_fields
+    assert not [r for r in failures.records if "processor failed" in r.getMessage()], failures.records[
+        -1
+    ].getMessage()
+    healthy(srv)
+
+
+@FUZZ
+@given(header=st.binary(max_size=200), ser=st.sampled_from([0, 1, 2, 255]), body=st.binary(max_size=50))
+def test_fuzzed_headers(server: tuple[ServerThread, _Failures], header: bytes, ser: int, body: bytes) -> None:
+    srv, _ = server
+    frame = struct.pack(">iI", 4 + len(header) + len(body), (ser << 24) | len(header)) + header + body
+    for port in srv.ports.values():
+        fire(port, frame)
+    healthy(srv)
+
+
+@FUZZ
+@given(header=st.dictionaries(st.sampled_from(["code", "opaque", "flag", "version", "language", "extFields", "remark"]),
+                              st.one_of(st.integers(-(2**40), 2**40), st.text(max_size=5), st.none(), st.booleans(),
+                                        st.dictionaries(st.text(max_size=4), st.one_of(st.text(max_size=4), st.integers()), max_size=3)),
+                              max_size=7))  # fmt: skip
+def test_fuzzed_json_headers(server: tuple[ServerThread, _Failures], header: dict) -> None:
+    srv, failures = server
+    raw = json.dumps(header).encode()
+    frame = struct.pack(">ii", 4 + len(raw), len(raw)) + raw
+    for port in srv.ports.values():
+        fire(port, frame, 0.2)
+    assert not [r for r in failures.records if "processor failed" in r.getMessage()]
+    healthy(srv)
+
+
+def test_random_bytes_bounded_run(server: tuple[ServerThread, _Failures]) -> None:
+    srv, _ = server
+    rng = random.Random(4)
+    for i in range(200):
+        size = rng.choice([1, 3, 8, 17, 64, 500, 4000])
+        data = bytes(rng.getrandbits(8) for _ in range(size))
+        if i % 3 == 0:  # plausible envelope, random content
+            data = (
+                struct.pack(
+                    ">ii", len(data) + 4, rng.choice([0, 1 << 24]) | min(len(data), rng.randrange(0, 64))
+                )
+                + data
+            )
+        fire(srv.ports["broker" if i % 2 else "namesrv"], data, 0.05)
+    healthy(srv)
+
+
+def test_oversized_and_half_frames_leave_others_alone(server: tuple[ServerThread, _Failures]) -> None:
+    srv, _ = server
+    port = srv.ports["broker"]
+    held = socket.create_connection(("127.0.0.1", port))
+    held.sendall(struct.pack(">ii", 1000, 10) + b"{")  # a frame that never completes
+    closed = fire(port, struct.pack(">ii", 1 << 30, 4))  # over the 16 MiB frame limit: closed at once
+    assert closed == b""
+    healthy(srv)
+    held.close()
