@@ -90,7 +90,7 @@ class IndexFile:
         self.index_count = count + 1
         self.end_phy_offset = phy_offset
         self.end_timestamp = store_timestamp
-        self._write_header()
+        self._write_header()  # slots point at entries <= index_count: keep the count current
         return True
 
     def is_time_matched(self, begin: int, end: int) -> bool:
@@ -121,6 +121,8 @@ class IndexFile:
         self._file.flush_all()
 
     def close(self) -> None:
+        if self._file.fd >= 0:
+            self._write_header()
         self._file.close()
 
     def destroy(self) -> None:
@@ -168,15 +170,21 @@ class IndexService:
         h = self._java_hash(key)
         return 0 if h == -0x80000000 else abs(h)
 
-    def load(self, last_exit_ok: bool, index_checkpoint_ts: int) -> None:
+    def load(self, last_exit_ok: bool, index_checkpoint_ts: int) -> int | None:
+        """Open the index files; after a crash drop those not known flushed. Returns the CommitLog
+        offset from which the dropped entries must be rebuilt (None if nothing was dropped)."""
         if not self.dir.is_dir():
-            return
-        for p in sorted(x for x in self.dir.iterdir() if x.is_file()):
+            return None
+        rebuild_from: int | None = None
+        for p in sorted(x for x in self.dir.iterdir() if x.is_file() and x.name.isdigit()):
             f = IndexFile(p, self.hash_slot_num, self.index_num)
             if not last_exit_ok and f.end_timestamp > index_checkpoint_ts:
+                begin = f.begin_phy_offset
+                rebuild_from = begin if rebuild_from is None else min(rebuild_from, begin)
                 f.destroy()  # not known to be complete on disk: rebuilt from the CommitLog
                 continue
             self.files.append(f)
+        return rebuild_from
 
     def _last_file(self) -> IndexFile:
         last = self.files[-1] if self.files else None
@@ -199,7 +207,9 @@ class IndexService:
     ) -> None:
         f = self._last_file()
         if phy_offset < f.end_phy_offset:
-            return  # already indexed (re-dispatch after recovery)
+            # already indexed (re-dispatch after recovery); the message at end_phy_offset itself may
+            # have only part of its keys in a kept file, so it is indexed again (queries dedupe)
+            return
         if uniq_key:
             f = self._put(f, self.key_hash(f"{topic}#{uniq_key}"), phy_offset, store_timestamp)
         if keys:
@@ -227,6 +237,8 @@ class IndexService:
                 f.select_phy_offsets(out, h, max_num, begin, end)
             if f.begin_timestamp < begin or len(out) >= max_num:
                 break
+        if len(out) > 1:
+            out = list(dict.fromkeys(out))
         return out, last_ts, last_phy
 
     def flush(self) -> int:

@@ -347,7 +347,7 @@ class DefaultMessageStore:
                         )
                         cq.load()
                         self.consume_queues[(tdir.name, int(qdir.name))] = cq
-        self.index.load(self.last_exit_ok, self.checkpoint.index_msg_timestamp)
+        index_rebuild_from = self.index.load(self.last_exit_ok, self.checkpoint.index_msg_timestamp)
         for cq in self.consume_queues.values():
             cq.recover()
 
@@ -365,6 +365,8 @@ class DefaultMessageStore:
             reput_from = max([cq.max_physic_offset for cq in self.consume_queues.values()] + [min_phy])
         else:
             reput_from = files[start].file_from_offset if files else 0
+            if index_rebuild_from is not None and cfg.message_index_enable:
+                reput_from = min(reput_from, index_rebuild_from)
         self.recovered_from = reput_from
         self._reput(reput_from, end)
         for key, cq in self.consume_queues.items():
@@ -553,7 +555,68 @@ class DefaultMessageStore:
         return f
 
     def put_message(self, msg: MessageExt) -> PutResult:
-        return self.put_messages((msg,))
+        """Append one message (the hot path of ``put_messages`` for a batch of one)."""
+        bad = self._prepare(msg)
+        if bad is not None:
+            return PutResult(bad)
+        rec = self._encode(msg)
+        if type(rec) is not bytearray:
+            return PutResult(rec)
+        n = len(rec)
+        topic, queue_id = msg.topic, msg.queue_id
+        key = (topic, queue_id)
+        props = msg.properties
+        keys = props.get(PROPERTY_KEYS)
+        uniq = props.get(PROPERTY_UNIQ_KEY)
+        counted = (msg.sys_flag & _TX_MASK) not in (_TX_PREPARED, _TX_ROLLBACK)
+        with self._put_lock:
+            if self._shutdown:
+                return PutResult(PutMessageStatus.SERVICE_NOT_AVAILABLE)
+            store_ts = _now_ms()
+            f = self.commitlog.queue.files[-1] if self.commitlog.queue.files else None
+            if f is None or n + END_FILE_MIN_BLANK_LENGTH > f.file_size - f.wrote_position:
+                try:
+                    f = self._writable_file(n)
+                except (OSError, ValueError):
+                    return PutResult(PutMessageStatus.CREATE_MAPEDFILE_FAILED)
+            at = f.wrote_position
+            phys = f.file_from_offset + at
+            qoff = self.topic_queue_table.get(key, 0) if counted else 0
+            patch_record(rec, 0, qoff, phys, store_ts)
+            buf = f.buf
+            buf[at + 4 : at + n] = memoryview(rec)[4:]
+            buf[at : at + 4] = rec[:4]  # TOTALSIZE last: a torn copy is never taken for a record
+            f.wrote_position = at + n
+            if counted:
+                self.topic_queue_table[key] = qoff + 1
+            self._last_store_ts = store_ts
+            tcode = self._tags_code(topic, props, store_ts)
+            self._dispatch(topic, queue_id, phys, n, tcode, store_ts, qoff, keys, uniq, msg.sys_flag)
+        msg.queue_offset = qoff
+        msg.commit_log_offset = phys
+        msg.store_timestamp = store_ts
+        fs = self._flush_service
+        durable = fs.submit(phys + n) if fs is not None and fs.sync else None
+        if self._listeners:
+            d = DispatchRequest(
+                topic,
+                queue_id,
+                phys,
+                n,
+                tcode,
+                store_ts,
+                qoff,
+                keys,
+                uniq,
+                msg.sys_flag,
+                msg.prepared_transaction_offset,
+            )
+            for listener in self._listeners:
+                listener(d)
+        msg_id = encode_offset_msg_id(self._store_host, self.config.store_port, phys)
+        return PutResult(
+            PutMessageStatus.PUT_OK, msg_id, queue_id, qoff, phys, n, 1, store_ts, topic, durable
+        )
 
     def put_messages(self, msgs: Sequence[MessageExt]) -> PutResult:
         """Append one message or a batch (same topic/queue, consecutive queue offsets, written atomically)."""

@@ -189,3 +189,23 @@ def test_sigkill_sync_flush_writer_many_times(tmp_path: Path) -> None:
     print(f"crash rounds: {done}, acknowledged: {len(acked)}, present after each restart: {kills}")
     assert done >= 5
     assert len(acked) > 100  # the runs did real work
+
+
+@pytest.mark.parametrize("flushed_before_crash", [True, False])
+def test_index_after_crash_has_every_key_once(tmp_path: Path, flushed_before_crash: bool) -> None:
+    s = DefaultMessageStore.open(small(tmp_path), start_services=False)
+    for i in range(200):  # 300 entries per index file, 2 per message: several index files
+        s.put_message(MessageExt("I", body=b"%d" % i, properties={"KEYS": f"key{i}", "UNIQ_KEY": f"U{i}"}))
+        if flushed_before_crash and i == 170:
+            s.flush_logics()
+    n_index_files = len(s.index.files)
+    crash(s)
+    s = DefaultMessageStore.open(small(tmp_path), start_services=False)
+    try:
+        assert not s.last_exit_ok and n_index_files >= 2
+        for i in range(200):
+            for key in (f"key{i}", f"U{i}"):
+                got = s.query_message("I", key, 8)
+                assert [decode_message(b).body for b in got.buffers] == [b"%d" % i], key
+    finally:
+        s.shutdown()

@@ -1,0 +1,108 @@
+"""LMDB metadata side-store and the ``rmqgate store`` config import/export commands."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+from rmqgate.store.meta import CONSUMER_OFFSETS, TOPICS, LmdbMetaStore
+from rmqgate.tools.cli import main as rmqgate_main
+from rmqgate.wire import fastjson
+
+
+def test_put_get_delete_iterate_and_versions(tmp_path: Path) -> None:
+    meta = LmdbMetaStore(tmp_path / "meta")
+    try:
+        assert meta.env.info()["map_size"] >= 1 << 30
+        assert meta.get(TOPICS, "A") is None
+        meta.put(TOPICS, "A", {"topicName": "A", "readQueueNums": 4, "perm": 6})
+        v1 = meta.data_version(TOPICS)
+        meta.put_many(TOPICS, {"B": {"topicName": "B"}, "C": {"topicName": "C"}})
+        v2 = meta.data_version(TOPICS)
+        assert v2["counter"] == v1["counter"] + 1 and v2["timestamp"] >= v1["timestamp"]
+        assert [k for k, _ in meta.items(TOPICS)] == ["A", "B", "C"]
+        assert meta.delete(TOPICS, "B") and not meta.delete(TOPICS, "B")
+        meta.put_many(TOPICS, {"Z": {"topicName": "Z"}}, replace=True)
+        assert dict(meta.items(TOPICS)) == {"Z": {"topicName": "Z"}}
+    finally:
+        meta.close()
+
+
+def test_consumer_offsets_persist_and_survive_reopen(tmp_path: Path) -> None:
+    meta = LmdbMetaStore(tmp_path / "meta")
+    meta.commit_offset("g1", "T", 0, 10)
+    meta.commit_offset("g1", "T", 3, 7)
+    meta.commit_offset("g2", "U", 1, 5)
+    assert meta.query_offset("g1", "T", 3) == 7 and meta.query_offset("g1", "T", 1) == -1
+    assert meta.get(CONSUMER_OFFSETS, "T@g1") is None  # in memory until persisted
+    meta.persist_offsets()
+    assert meta.get(CONSUMER_OFFSETS, "T@g1") == {"0": 10, "3": 7}
+    meta.commit_offset("g1", "T", 0, 11)
+    meta.set_delay_offset(3, 99)
+    meta.close()  # persists on close
+    meta = LmdbMetaStore(tmp_path / "meta")
+    try:
+        assert meta.offset_table() == {"T@g1": {0: 11, 3: 7}, "U@g2": {1: 5}}
+        assert meta.delay_offsets() == {3: 99}
+        meta.remove_offsets(group="g2")
+        assert meta.offset_table() == {"T@g1": {0: 11, 3: 7}}
+    finally:
+        meta.close()
+
+
+def test_concurrent_writers_are_atomic(tmp_path: Path) -> None:
+    meta = LmdbMetaStore(tmp_path / "meta")
+    try:
+
+        def work(n: int) -> None:
+            for i in range(50):
+                meta.put_many(TOPICS, {f"t{n}-{i}": {"n": n}, f"shadow{n}-{i}": {"n": n}})
+
+        threads = [threading.Thread(target=work, args=(n,)) for n in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        rows = dict(meta.items(TOPICS))
+        assert len(rows) == 400
+        assert meta.data_version(TOPICS)["counter"] == 200
+    finally:
+        meta.close()
+
+
+def test_cli_import_export_round_trip(tmp_path: Path) -> None:
+    src = tmp_path / "java-config"
+    src.mkdir()
+    (src / "topics.json").write_text(
+        '{\n\t"dataVersion":{\n\t\t"counter":3,\n\t\t"timestamp":1700000000000\n\t},\n\t"topicConfigTable":{\n'
+        '\t\t"TopicA":{\n\t\t\t"order":false,\n\t\t\t"perm":6,\n\t\t\t"readQueueNums":8,\n'
+        '\t\t\t"topicFilterType":"SINGLE_TAG",\n\t\t\t"topicName":"TopicA",\n\t\t\t"topicSysFlag":0,\n'
+        '\t\t\t"writeQueueNums":8\n\t\t}\n\t}\n}'
+    )
+    (src / "consumerOffset.json").write_text(
+        '{\n\t"offsetTable":{\n\t\t"TopicA@G":{0:12,1:3,7:900\n\t\t}\n\t}\n}'
+    )
+    (src / "delayOffset.json").write_text('{"offsetTable":{1:123,2:5}}')
+    # subscriptionGroup.json only as the .bak a crashed Java broker can leave behind
+    (src / "subscriptionGroup.json.bak").write_text(
+        '{"dataVersion":{"counter":1,"timestamp":1},"subscriptionGroupTable":{"G":{"groupName":"G","retryMaxTimes":16}}}'
+    )
+    store = tmp_path / "store"
+    assert rmqgate_main(["store", "import-config", str(src), "--store", str(store)]) == 0
+    out = tmp_path / "exported"
+    assert rmqgate_main(["store", "export-config", str(out), "--store", str(store)]) == 0
+    assert fastjson.loads((out / "topics.json").read_text()) == fastjson.loads(
+        (src / "topics.json").read_text()
+    )
+    offsets = (out / "consumerOffset.json").read_text()
+    assert "{0:12,1:3,7:900" in offsets and '"0"' not in offsets
+    assert fastjson.loads((out / "delayOffset.json").read_text()) == {"offsetTable": {"1": 123, "2": 5}}
+    assert (
+        fastjson.loads((out / "subscriptionGroup.json").read_text())["subscriptionGroupTable"]["G"][
+            "retryMaxTimes"
+        ]
+        == 16
+    )
+    assert (out / "topics.json").read_text().startswith('{\n\t"dataVersion":{\n\t\t"counter":3,')
+    assert rmqgate_main(["store", "stat", "--store", str(store)]) == 0
+    assert rmqgate_main(["store", "import-config", str(tmp_path / "nope"), "--store", str(store)]) == 1
