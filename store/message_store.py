@@ -14,6 +14,7 @@ import fcntl
 import ipaddress
 import os
 import shutil
+import socket
 import struct
 import threading
 import time
@@ -270,7 +271,10 @@ class DefaultMessageStore:
         self.topic_queue_table: dict[tuple[str, int], int] = {}
         self.delay_levels = parse_delay_levels(config.message_delay_level)
         self.max_delay_level = max(self.delay_levels) if self.delay_levels else 0
-        addr = ipaddress.ip_address(config.store_host)
+        try:
+            addr = ipaddress.ip_address(config.store_host)
+        except ValueError:  # a host name: the address it resolves to goes into records and ids
+            addr = ipaddress.ip_address(socket.gethostbyname(config.store_host))
         self._store_host = addr.packed
         self._store_v6 = addr.version == 6
         self._put_lock = threading.Lock()

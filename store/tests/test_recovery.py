@@ -209,3 +209,27 @@ def test_index_after_crash_has_every_key_once(tmp_path: Path, flushed_before_cra
                 assert [decode_message(b).body for b in got.buffers] == [b"%d" % i], key
     finally:
         s.shutdown()
+
+
+def test_dropped_records_never_resurface(tmp_path: Path) -> None:
+    """A corrupt record cuts the log there; records behind it are gone for good, even when a later
+    append of the same size lines up with their stale bytes and the store crashes again."""
+    s = DefaultMessageStore.open(small(tmp_path), start_services=False)
+    _, b, c = (s.put_message(MessageExt("R", body=bytes([i]) * 100)) for i in range(3))
+    s.shutdown()
+    path, rel = segment_of(tmp_path, b.physical_offset)
+    data = bytearray(path.read_bytes())
+    data[rel + 100] ^= 0xFF  # corrupt b's body: b and c are cut
+    path.write_bytes(bytes(data))
+    s = DefaultMessageStore.open(small(tmp_path), start_services=False)
+    assert s.get_max_phy_offset() == b.physical_offset and s.get_max_offset_in_queue("R", 0) == 1
+    d = s.put_message(MessageExt("R", body=b"\x07" * 100))
+    assert d.physical_offset == b.physical_offset and d.wrote_bytes == b.wrote_bytes
+    crash(s)
+    s = DefaultMessageStore.open(small(tmp_path), start_services=False)
+    try:
+        assert s.get_max_phy_offset() == d.physical_offset + d.wrote_bytes
+        assert s.get_max_offset_in_queue("R", 0) == 2
+        assert s.look_message_by_offset(c.physical_offset) is None
+    finally:
+        s.shutdown()
