@@ -53,7 +53,8 @@ def frame_parts(cmd: RemotingCommand) -> tuple[bytes, Any]:
 
 class RequestProcessor:
     """One request family. ``process`` returns the response, None (no response / answered later),
-    or an awaitable of either (an ``async def process`` is fine)."""
+    the response already encoded as a whole frame (``bytes``), or an awaitable of a response or None
+    (an ``async def process`` is fine)."""
 
     codes: ClassVar[tuple[int, ...]] = ()
 
@@ -218,18 +219,28 @@ class Channel(asyncio.Protocol):
             if not cmd.flag & ONEWAY_FLAG:
                 self.send_response(result)
             return
+        if type(result) is bytes:  # a pre-encoded response frame (the send hot path)
+            if not cmd.flag & ONEWAY_FLAG and not self.closed and self.transport is not None:
+                self.last_active = self._loop.time()
+                self.transport.write(result)
+            return
         task = self._loop.create_task(self._finish(cmd, result))
         self._tasks.add(task)
         task.add_done_callback(self._task_done)
 
-    async def _finish(self, cmd: RemotingCommand, pending: Awaitable[RemotingCommand | None]) -> None:
+    async def _finish(self, cmd: RemotingCommand, pending: Awaitable[RemotingCommand | bytes | None]) -> None:
         try:
             response = await pending
         except asyncio.CancelledError:
             raise
         except Exception as exc:
             response = _system_error(cmd, exc)
-        if response is not None and not cmd.flag & ONEWAY_FLAG:
+        if response is None or cmd.flag & ONEWAY_FLAG:
+            return
+        if type(response) is bytes:
+            if not self.closed and self.transport is not None:
+                self.transport.write(response)
+        else:
             self.send_response(response)
 
     def _task_done(self, task: asyncio.Task[Any]) -> None:

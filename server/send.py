@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import json
 import random
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -27,10 +28,11 @@ from rmqgate.server.topics import (
     validate_topic,
 )
 from rmqgate.store.api import PutMessageStatus, PutResult
-from rmqgate.wire.codes import MQVersion, RequestCode, ResponseCode
-from rmqgate.wire.command import RemotingCommand
+from rmqgate.wire.codes import MQVersion, RequestCode, ResponseCode, SerializeType
+from rmqgate.wire.command import BROKER_VERSION, RemotingCommand
 from rmqgate.wire.errors import HeaderFieldError, MessageFormatError
 from rmqgate.wire.headers import SendMessageRequestHeader
+from rmqgate.wire.layout import FRAME_PREFIX
 from rmqgate.wire.message import (
     PROPERTY_CLUSTER,
     PROPERTY_REAL_QID,
@@ -58,6 +60,7 @@ _PREPARED = MessageSysFlag.TRANSACTION_PREPARED
 _BORN_V6 = MessageSysFlag.BORNHOST_V6
 _PUT_OK = PutMessageStatus.PUT_OK
 _randrange = random.randrange
+_pack_frame_prefix = FRAME_PREFIX.pack
 
 _PUT_ERRORS: dict[PutMessageStatus, tuple[int, str]] = {
     PutMessageStatus.CREATE_MAPEDFILE_FAILED: (
@@ -123,6 +126,11 @@ class SendMessageProcessor(RequestProcessor):
         self.region = broker.config.regionId
         self.trace_on = "true" if broker.config.traceOn else "false"
         self.max_message_size = broker.config.maxMessageSize
+        self._json_ok = (
+            '{"code":0,"extFields":{"MSG_REGION":' + json.dumps(self.region, ensure_ascii=False).replace("%", "%%")
+            + ',"TRACE_ON":"' + self.trace_on + '","msgId":"%s","queueId":"%d","queueOffset":"%d"},"flag":1,'
+            '"language":"JAVA","opaque":%d,"serializeTypeCurrentRPC":"JSON","version":' + str(BROKER_VERSION) + "}"
+        )  # fmt: skip
 
     def process(self, channel: Channel, request: RemotingCommand) -> Any:
         ext = request.ext_fields
@@ -188,8 +196,13 @@ class SendMessageProcessor(RequestProcessor):
             return self._await_flush(request, result)
         return self.response(request, result)
 
-    def response(self, request: RemotingCommand, result: PutResult) -> RemotingCommand:
+    def response(self, request: RemotingCommand, result: PutResult) -> RemotingCommand | bytes:
         status = result.status
+        if status is _PUT_OK and request.serialize_type == SerializeType.JSON:
+            # the common answer, encoded in one step: what encode_json_header writes for it
+            header = self._json_ok % (result.msg_id, result.queue_id, result.queue_offset, request.opaque)
+            head = header.encode()
+            return _pack_frame_prefix(4 + len(head), len(head)) + head
         code = _PUT_WITH_HEADER.get(status)
         if code is None:
             code, remark = _PUT_ERRORS.get(status, (ResponseCode.SYSTEM_ERROR, status.value))
@@ -206,7 +219,7 @@ class SendMessageProcessor(RequestProcessor):
             },
         )
 
-    async def _await_flush(self, request: RemotingCommand, result: PutResult) -> RemotingCommand:
+    async def _await_flush(self, request: RemotingCommand, result: PutResult) -> RemotingCommand | bytes:
         assert result.durable is not None
         result.status = await asyncio.wrap_future(result.durable)
         return self.response(request, result)

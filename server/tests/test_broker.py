@@ -478,3 +478,32 @@ async def test_sync_flush_send(Broker) -> None:
         resp = await c.invoke(send_v2("SF"))
         assert resp.code == 0 and resp.ext_fields["queueOffset"] == "0"
         await c.aclose()
+
+
+def test_fast_send_response_matches_generic_encoding() -> None:
+    """The pre-encoded SEND success frame is byte-identical to the generic JSON encoding."""
+    from types import SimpleNamespace
+
+    from rmqgate.server.send import SendMessageProcessor
+    from rmqgate.store.api import PutMessageStatus, PutResult
+    from rmqgate.wire import decode_frame, encode_frame
+
+    broker = SimpleNamespace(
+        store=None, topics=SimpleNamespace(table={}), config=BrokerConfig(regionId='Reg"ion%1')
+    )
+    proc = SendMessageProcessor(broker)  # type: ignore[arg-type]
+    req = send_v2("T")
+    req.opaque = 123456
+    result = PutResult(PutMessageStatus.PUT_OK, "7F00000100002A9F0000000000000000", 3, 77)
+    fast = proc.response(req, result)
+    assert isinstance(fast, bytes)
+    ext = {
+        "MSG_REGION": 'Reg"ion%1',
+        "TRACE_ON": "true",
+        "msgId": result.msg_id,
+        "queueId": "3",
+        "queueOffset": "77",
+    }
+    generic = req.response(0, None, ext)
+    assert fast == encode_frame(generic)
+    assert decode_frame(fast) == generic

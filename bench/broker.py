@@ -1,0 +1,268 @@
+"""Broker throughput: sync 1 KiB SEND_MESSAGE_V2 over N connections, then 32-message pulls.
+
+Prints sends/s, pulled msgs/s, send latency p50/p99 and the server's RSS next to a floor measured in
+the same run: a bare asyncio server (same process model, same frame decoder) that answers every frame
+with a send-shaped response without storing anything. Also sends/s with flushDiskType=SYNC_FLUSH.
+The server runs in its own process (``rmqgate serve``), the load generator here.
+
+Run: ``.venv/bin/python bench/broker.py [--connections 16] [--seconds 8] [--size 1024]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from rmqgate.wire import FrameDecoder, RemotingCommand, encode_frame
+from rmqgate.wire.codes import RequestCode
+from rmqgate.wire.message import format_properties
+
+TARGET_RATIO = 0.6
+_PREFIX = struct.Struct(">i")
+
+
+# --- the floor server -------------------------------------------------------------------------------
+def run_floor_server() -> None:
+    """Bare asyncio server: decode each frame, answer with a send-shaped response, store nothing."""
+
+    class Floor(asyncio.Protocol):
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            self.transport = transport
+            self.decoder = FrameDecoder()
+            self.offset = 0
+
+        def data_received(self, data: bytes) -> None:
+            for cmd in self.decoder.feed(data):
+                self.offset += 1
+                ext = {
+                    "msgId": "7F00000100002A9F000000008EE24ED2",
+                    "queueId": "0",
+                    "queueOffset": str(self.offset),
+                    "MSG_REGION": "DefaultRegion",
+                    "TRACE_ON": "true",
+                }
+                self.transport.write(encode_frame(cmd.response(0, None, ext)))  # type: ignore[attr-defined]
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        server = await loop.create_server(Floor, "127.0.0.1", 0)
+        print(f"rmqgate ready: broker 127.0.0.1:{server.sockets[0].getsockname()[1]}", flush=True)
+        await asyncio.Event().wait()
+
+    asyncio.run(main())
+
+
+# --- load generator ---------------------------------------------------------------------------------
+def send_frame(topic: str, queue_id: int, size: int) -> bytes:
+    props = format_properties({"UNIQ_KEY": f"{random.getrandbits(128):032X}", "WAIT": "true", "TAGS": "TagA"})
+    ext = {
+        "a": "bench_producer", "b": topic, "c": "TBW102", "d": "4", "e": str(queue_id), "f": "0",
+        "g": str(int(time.time() * 1000)), "h": "0", "i": props, "j": "0", "k": "false", "m": "false", "n": "b",
+    }  # fmt: skip
+    return encode_frame(
+        RemotingCommand.request(
+            RequestCode.SEND_MESSAGE_V2, ext, os.urandom(size // 2).hex().encode(), opaque=1
+        )
+    )
+
+
+class SyncConn(asyncio.Protocol):
+    """One request in flight at a time; the same request bytes each time (one opaque per connection)."""
+
+    def __init__(self) -> None:
+        self.buf = bytearray()
+        self.waiter: asyncio.Future[bytes] | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        self.buf += data
+        while len(self.buf) >= 4:
+            (n,) = _PREFIX.unpack_from(self.buf, 0)
+            if len(self.buf) < n + 4:
+                return
+            frame = bytes(self.buf[: n + 4])
+            del self.buf[: n + 4]
+            if self.waiter is not None and not self.waiter.done():
+                self.waiter.set_result(frame)
+
+    async def call(self, frame: bytes) -> bytes:
+        self.waiter = asyncio.get_running_loop().create_future()
+        self.transport.write(frame)  # type: ignore[attr-defined]
+        return await self.waiter
+
+
+async def send_phase(
+    port: int, connections: int, seconds: float, size: int, topic: str
+) -> tuple[int, list[float]]:
+    loop = asyncio.get_running_loop()
+    conns = [(await loop.create_connection(SyncConn, "127.0.0.1", port))[1] for _ in range(connections)]
+    frames = [send_frame(topic, i % 4, size) for i in range(connections)]
+    for conn, frame in zip(conns, frames, strict=True):  # warm-up (auto-creates the topic)
+        reply = await conn.call(frame)
+        assert FrameDecoder().feed(reply)[0].code == 0, FrameDecoder().feed(reply)[0].remark
+    latencies: list[float] = []
+    deadline = time.perf_counter() + seconds
+    clock = time.perf_counter
+
+    async def worker(conn: SyncConn, frame: bytes) -> int:
+        n = 0
+        lat = latencies
+        while clock() < deadline:
+            t0 = clock()
+            await conn.call(frame)
+            lat.append(clock() - t0)
+            n += 1
+        return n
+
+    counts = await asyncio.gather(*(worker(c, f) for c, f in zip(conns, frames, strict=True)))
+    for conn in conns:
+        conn.transport.close()  # type: ignore[attr-defined]
+    return sum(counts), latencies
+
+
+async def pull_phase(port: int, connections: int, topic: str, group: str) -> tuple[int, float]:
+    loop = asyncio.get_running_loop()
+    conns = [
+        (await loop.create_connection(SyncConn, "127.0.0.1", port))[1] for _ in range(min(connections, 4))
+    ]
+
+    async def drain(conn: SyncConn, queue_id: int) -> int:
+        offset = 0
+        got = 0
+        while True:
+            ext = {
+                "consumerGroup": group, "topic": topic, "queueId": str(queue_id), "queueOffset": str(offset),
+                "maxMsgNums": "32", "sysFlag": "4", "commitOffset": "0", "suspendTimeoutMillis": "0",
+                "subscription": "*", "subVersion": "0", "expressionType": "TAG",
+            }  # fmt: skip
+            resp = FrameDecoder().feed(
+                await conn.call(encode_frame(RemotingCommand.request(11, ext, opaque=2)))
+            )[0]
+            if resp.code != 0:
+                return got
+            nxt = int(resp.ext_fields["nextBeginOffset"])
+            got += nxt - offset
+            offset = nxt
+
+    t0 = time.perf_counter()
+    counts = await asyncio.gather(*(drain(c, q) for q, c in enumerate(conns)))
+    elapsed = time.perf_counter() - t0
+    for conn in conns:
+        conn.transport.close()  # type: ignore[attr-defined]
+    return sum(counts), elapsed
+
+
+# --- orchestration ----------------------------------------------------------------------------------
+class Server:
+    def __init__(self, argv: list[str]) -> None:
+        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if not line.startswith("rmqgate ready:"):
+            self.proc.kill()
+            raise SystemExit(f"server did not start: {line!r}")
+        words = line.split()
+        self.port = int(words[words.index("broker") + 1].rsplit(":", 1)[1])
+
+    def rss_mib(self) -> float:
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+        return float("nan")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+def rmqgate_server(store: str, flush: str) -> Server:
+    conf = Path(store) / "broker.conf"
+    conf.parent.mkdir(parents=True, exist_ok=True)
+    conf.write_text(f"brokerName=bench\nflushDiskType={flush}\nstorePathRootDir={store}\n")
+    return Server(
+        [sys.executable, "-m", "rmqgate.tools.cli", "serve", "--role", "broker", "--conf", str(conf),
+         "--broker-port", "0", "--listen", "127.0.0.1", "--log-level", "WARNING"]
+    )  # fmt: skip
+
+
+def pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    values = sorted(values)
+    return values[min(len(values) - 1, int(q * len(values)))] * 1000
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--connections", type=int, default=16)
+    ap.add_argument("--seconds", type=float, default=8.0)
+    ap.add_argument("--size", type=int, default=1024)
+    ap.add_argument("--floor-server", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.floor_server:
+        run_floor_server()
+        return
+    rows = []
+
+    floor = Server([sys.executable, __file__, "--floor-server"])
+    try:
+        n, lat = asyncio.run(send_phase(floor.port, args.connections, args.seconds, args.size, "BenchFloor"))
+        floor_rate = n / args.seconds
+        rows.append(
+            (
+                "floor (bare asyncio, no store)",
+                floor_rate,
+                pct(lat, 0.5),
+                pct(lat, 0.99),
+                None,
+                floor.rss_mib(),
+            )
+        )
+    finally:
+        floor.stop()
+
+    results = {}
+    for flush in ("ASYNC_FLUSH", "SYNC_FLUSH"):
+        with tempfile.TemporaryDirectory(prefix="rmqgate-bench-") as tmp:
+            srv = rmqgate_server(tmp, flush)
+            try:
+                n, lat = asyncio.run(
+                    send_phase(srv.port, args.connections, args.seconds, args.size, "BenchT")
+                )
+                rate = n / args.seconds
+                pulled, elapsed = asyncio.run(
+                    pull_phase(srv.port, args.connections, "BenchT", "bench_consumer")
+                )
+                results[flush] = rate
+                rows.append(
+                    (f"rmqgate {flush}", rate, pct(lat, 0.5), pct(lat, 0.99), pulled / elapsed, srv.rss_mib())
+                )
+            finally:
+                srv.stop()
+
+    print(f"\nbroker bench: {args.connections} connections, sync {args.size} B SEND_MESSAGE_V2 for {args.seconds:.0f} s each, "
+          f"then 32-message pulls of everything sent (4 queues)\n")  # fmt: skip
+    print(f"{'server':34} {'sends/s':>10} {'p50 ms':>8} {'p99 ms':>8} {'pull msg/s':>11} {'RSS MiB':>8}")
+    for name, rate, p50, p99, pull_rate, rss in rows:
+        pull_s = f"{pull_rate:11.0f}" if pull_rate is not None else f"{'-':>11}"
+        print(f"{name:34} {rate:10.0f} {p50:8.2f} {p99:8.2f} {pull_s} {rss:8.1f}")
+    ratio = results["ASYNC_FLUSH"] / floor_rate
+    print(f"\nASYNC_FLUSH sends/s = {ratio:.0%} of the floor (target >= {TARGET_RATIO:.0%}); "
+          f"SYNC_FLUSH = {results['SYNC_FLUSH'] / floor_rate:.0%}")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
