@@ -11,7 +11,7 @@ import json
 import sys
 import time
 
-from rmqgate.spark.job import JobError, JobOptions, make_session, run_job
+from rmqgate.spark.job import JobError, JobOptions, make_session, probe_target, run_job
 
 
 def parse_speed(text: str) -> float | None:
@@ -99,6 +99,7 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         opts = options_from_args(args)
+        opts.masters = probe_target(opts.target)  # fail fast, before Spark starts
         master = args.master or (None if under_spark_submit() else "local[2]")
         t = time.perf_counter()
         spark = make_session(master, conf=args.conf, quiet=not args.verbose_spark)

@@ -12,6 +12,7 @@ request.
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import time
 from collections.abc import Iterable
@@ -218,8 +219,20 @@ async def replay_plans(
 def run_task(
     plans: Iterable[ConnPlan], targets: dict[str, str], start_at: float, opts: ReplayOptions, task: int = 0
 ) -> list[tuple[Any, ...]]:
-    """Entry point inside a Spark task (its own event loop)."""
-    return asyncio.run(replay_plans(plans, targets, start_at, opts, task))
+    """Entry point inside a Spark task (its own event loop).
+
+    The cyclic garbage collector is off while replaying: with tens of thousands of live requests its
+    full passes cost more than the replay itself (3x fewer requests/s measured); it runs once after.
+    """
+    gc.collect()
+    gc.freeze()
+    gc.disable()
+    try:
+        return asyncio.run(replay_plans(plans, targets, start_at, opts, task))
+    finally:
+        gc.enable()
+        gc.unfreeze()
+        gc.collect()
 
 
 def task_id() -> int:

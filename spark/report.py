@@ -163,6 +163,7 @@ def aggregate(outcomes: Any) -> dict[str, Any]:
                 "task": int(r["task"]),
                 "requests": int(r["n"]),
                 "connections": int(r["c"]),
+                "start_s": round(r["a"] - first_s, 3),
                 "active_s": round(span, 3),
                 "requests_per_s": round(r["n"] / span, 1) if span > 0 else None,
             }

@@ -1,0 +1,153 @@
+"""Spark replay scaling: requests/s with local[1] and local[2] on the same capture, in one run.
+
+The target is ``rmqgate.spark.responder`` (a bare asyncio server answering every request at once in
+its own process), so what is measured is the replayer. Printed: each master's replay rate (requests
+over the replay's active time), the local[2]/local[1] ratio, the per-task rate, and Spark's fixed
+cost (session start-up, ingest + plan, and the replay action's overhead beyond the active replay)
+separately. The floor next to it is the same plans replayed by one plain Python process (no Spark).
+
+    .venv/bin/python bench/spark_replay.py [--input PCAP] [--scale N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CORPUS = Path(os.environ.get("RMQGATE_CORPUS", ROOT.parent / "shared" / "corpus"))
+
+
+def floor_rate(path: str, scale: int, target: str) -> tuple[int, float]:
+    """The same plans replayed in this process without Spark: (requests, seconds)."""
+    from rmqgate.spark.executor import OUTCOME_COLUMNS, ReplayOptions, run_task
+    from rmqgate.spark.frames import rows_from_path
+    from rmqgate.spark.plan import build_conn_plan
+
+    rows = rows_from_path(path)
+    t0 = min(r["ts"] for r in rows)
+    by_conn: dict[str, list] = collections.defaultdict(list)
+    for r in rows:
+        by_conn[r["conn"]].append(r)
+    plans = [p for k, rs in by_conn.items() for c in range(scale) if (p := build_conn_plan(k, rs, t0, c))]
+    targets = {p.server: target for p in plans}
+    start = time.time()
+    out = run_task(plans, targets, start, ReplayOptions(speed=None, timeout=10.0, grace=0.2))
+    col = {name: i for i, (name, _) in enumerate(OUTCOME_COLUMNS)}
+    sent, lat = col["sent_s"], col["latency_ms"]
+    ends = [o[sent] + (o[lat] / 1000.0 if o[lat] > 0 else 0.0) for o in out]
+    return len(out), max(ends) - min(o[sent] for o in out)  # the job's duration_s, measured alike
+
+
+def one_master(master: str, inputs: list[str], scale: int, target: str, cache: str) -> dict:
+    """One job in this (fresh) process, so the session start-up includes launching the JVM."""
+    from rmqgate.spark.job import JobOptions, make_session, run_job
+
+    t = time.perf_counter()
+    spark = make_session(master)
+    startup = time.perf_counter() - t
+    try:
+        opts = JobOptions(
+            inputs=inputs,
+            target=target,
+            scale=scale,
+            speed=None,
+            grace=0.2,
+            timeout=10.0,
+            frames_cache=cache,
+            progress=False,
+            startup_s=startup,
+            start_delay=3.0,  # every task's Python worker is up and its plans decoded before time zero
+        )
+        return run_job(spark, opts)
+    finally:
+        spark.stop()
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--input", default=str(CORPUS / "pcap" / "a_SyncSendPushConsume.pcap"))
+    ap.add_argument("--scale", type=int, default=200, help="clones per recorded connection (load size)")
+    ap.add_argument("--masters", default="local[1],local[2]")
+    ap.add_argument("--one", metavar="MASTER", help=argparse.SUPPRESS)
+    ap.add_argument("--target", help=argparse.SUPPRESS)
+    ap.add_argument("--cache", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+
+    if args.one:
+        report = one_master(args.one, [args.input], args.scale, args.target, args.cache)
+        print(json.dumps(report))
+        return 0
+
+    from rmqgate.spark.responder import start_in_subprocess
+
+    proc, port = start_in_subprocess()
+    target = f"127.0.0.1:{port}"
+    results = {}
+    ms = args.masters.split(",")
+    try:
+        n, secs = floor_rate(args.input, args.scale, target)
+        floor = n / secs
+        print(f"capture {Path(args.input).name} x scale {args.scale}, speed max, target: minimal responder")
+        print(
+            f"floor: the same plans in one Python process, no Spark: {n} requests in {secs:.2f} s = {floor:,.0f} req/s"
+        )
+        cache = tempfile.mkdtemp(prefix="rmqgate-bench-frames-")
+        for master in ms:
+            cmd = [
+                sys.executable,
+                __file__,
+                "--one",
+                master,
+                "--input",
+                args.input,
+                "--scale",
+                str(args.scale),
+            ]
+            cmd += ["--target", target, "--cache", cache]
+            done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+            if done.returncode != 0:
+                print(done.stderr[-3000:], file=sys.stderr)
+                return 1
+            report = results[master] = json.loads(done.stdout.strip().splitlines()[-1])
+            sp = report["spark"]
+            overhead = max(0.0, sp["replay_wall_s"] - report["duration_s"])
+            fixed = sp["startup_s"] + sp["ingest_s"] + sp["plan_s"] + overhead
+            print(
+                f"{master:>9}: {report['requests']} requests in {report['duration_s']:.2f} s active = "
+                f"{report['requests_per_s']:,.0f} req/s ({report['tasks']} task(s), per task "
+                f"{report['per_task_requests_per_s']:,.0f} req/s; errors {report['errors']}); "
+                f"latency p50 {report['latency_ms']['p50']} ms p99 {report['latency_ms']['p99']} ms"
+            )
+            print(
+                f"{'':>9}  Spark fixed cost {fixed:.1f} s = session start-up {sp['startup_s']:.1f} s + ingest "
+                f"{sp['ingest_s']:.1f} s + plan {sp['plan_s']:.1f} s + replay-action overhead {overhead:.1f} s"
+                f" (+ aggregation {sp['aggregate_s']:.1f} s after the replay)"
+            )
+    finally:
+        proc.terminate()
+        proc.wait(5)
+    if len(ms) >= 2:
+        a, b = results[ms[0]], results[ms[1]]
+        ratio = b["requests_per_s"] / a["requests_per_s"]
+        per_task = a["per_task_requests_per_s"]  # one task with a core to itself
+        print(
+            f"ratio {ms[1]}/{ms[0]}: {ratio:.2f}x on {os.cpu_count()} cores (the responder shares them; "
+            f"load average {os.getloadavg()[0]:.1f})"
+        )
+        print(
+            f"per-task rate: {per_task:,.0f} req/s (floor {floor:,.0f}) -> a target rate R needs "
+            f"ceil(R / {per_task:,.0f}) one-core replay tasks"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
