@@ -441,6 +441,8 @@ class ReplayOptions:
     long_poll_threshold: float = 1.0
     max_suspend_ms: int = 1000  # suspend time of long polls at --speed max
     connect_timeout: float = 5.0
+    unanswered_timeout: float = 2.0  # wait for requests the capture has no response to
+    route_wait: float = 5.0  # after a topic is created, wait this long at most for its route
 
 
 class _Scheduler:
@@ -504,6 +506,7 @@ class _Replay:
         self.answer_pool: dict[int, deque[bytes]] = defaultdict(deque)
         self.used_answers: dict[int, dict[int, int]] = defaultdict(dict)  # conn -> code -> used
         self.shared: dict[tuple[str, int], asyncio.Future] = {}
+        self._control: ReplayConnection | None = None  # to the target name server, for route waits
         self.tasks: set[asyncio.Task] = set()
         self._rank_of: dict[int, int] = {}  # id(request) -> rank
         self._barrier_of: dict[int, int] = {}
@@ -532,8 +535,9 @@ class _Replay:
         self.sched = _Scheduler(len(events), opts.speed, plan_start)
 
     def _is_long_poll(self, req: PlannedRequest) -> bool:
+        """A pull the broker held (or still held when the capture ended)."""
         lat = req.recorded_latency
-        return req.code in PULL_CODES and lat is not None and lat >= self.opts.long_poll_threshold
+        return req.code in PULL_CODES and (lat is None or lat >= self.opts.long_poll_threshold)
 
     # -- target addressing
     def target_of(self, pc: PlannedConnection) -> str:
@@ -676,10 +680,17 @@ class _Replay:
             timeout = self.opts.request_timeout
             if req.code in PULL_CODES:
                 timeout += int(req.ext.get("suspendTimeoutMillis", "0") or 0) / 1000
+            if req.resp_ts is None:  # unanswered when the capture ended: do not wait for long
+                timeout = min(timeout, self.opts.unanswered_timeout)
             done_at, resp = await asyncio.wait_for(fut, timeout)
             out.done = done_at
             out.response_code = resp.code
             self.learn(req, resp)
+            if req.code == RequestCode.UPDATE_AND_CREATE_TOPIC and resp.code == ResponseCode.SUCCESS:
+                # the recorded broker registered the topic before later requests looked its route up
+                await self._await_route(
+                    self.opts.topic_map.get(req.ext.get("topic", ""), req.ext.get("topic", ""))
+                )
         except TimeoutError:
             conn.pending.pop(opaque, None)
             out.done = time.monotonic()
@@ -693,6 +704,23 @@ class _Replay:
             self.finished += 1
             if self.progress is not None:
                 self.progress(self.finished, self.total)
+
+    async def _await_route(self, topic: str) -> None:
+        """Wait (bounded) until the target name server serves a route for ``topic``."""
+        if not topic:
+            return
+        deadline = time.monotonic() + self.opts.route_wait
+        req = RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
+        while time.monotonic() < deadline:
+            try:
+                if self._control is None or self._control.closed:
+                    self._control = await open_connection(self.namesrv, timeout=self.opts.connect_timeout)
+                resp = await call(self._control, req, self.opts.request_timeout)
+                if resp.code == ResponseCode.SUCCESS:
+                    return
+            except (OSError, ConnectionError, TimeoutError):
+                pass
+            await asyncio.sleep(0.02)
 
     async def run_connection(self, pc: PlannedConnection) -> None:
         conn: ReplayConnection | None = None
@@ -726,6 +754,8 @@ class _Replay:
                     break
                 await asyncio.gather(*list(self.tasks), return_exceptions=True)
         finally:
+            if self._control is not None:
+                self._control.close()
             for fut in self.shared.values():
                 if fut.done() and not fut.cancelled() and fut.exception() is None:
                     fut.result().close()
