@@ -45,6 +45,7 @@ from rmqgate.wire.errors import MessageFormatError
 from rmqgate.wire.message import (
     BLANK_MAGIC,
     END_FILE_MIN_BLANK_LENGTH,
+    MAX_TOPIC_BYTES,
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_KEYS,
     PROPERTY_REAL_QUEUE_ID,
@@ -52,7 +53,6 @@ from rmqgate.wire.message import (
     PROPERTY_TAGS,
     PROPERTY_UNIQ_KEY,
     RECORD_PREFIX,
-    V1_TOPIC_MAX_BYTES,
     MessageExt,
     MessageSysFlag,
     decode_message,
@@ -279,6 +279,8 @@ class DefaultMessageStore:
         self._store_v6 = addr.version == 6
         self._put_lock = threading.Lock()
         self._listeners: list[ArrivalListener] = []
+        self._valid_topics: set[str] = set()
+        self._logics_error = False  # a dispatch failed: refuse writes (RocketMQ's makeLogicsQueueError)
         self._last_store_ts = 0
         self._shutdown = True
         self._physical_memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
@@ -507,11 +509,26 @@ class DefaultMessageStore:
         if self.config.message_index_enable and tx != _TX_ROLLBACK and (keys or uniq):
             self.index.build_index(topic, keys, uniq, phys, store_ts)
 
+    def _check_topic(self, topic: str) -> bool:
+        """A topic names a ConsumeQueue directory. Topics over 127 bytes are stored as v2 records
+        (MAGIC_V2, 2-byte topic length) that 4.9 clients cannot decode; the broker's topic
+        validation keeps client topics within 127 bytes."""
+        raw = topic.encode("utf-8", "surrogatepass")
+        if (
+            not 0 < len(raw) <= min(MAX_TOPIC_BYTES, 255)
+            or "/" in topic
+            or "\0" in topic
+            or topic in (".", "..")
+        ):
+            return False
+        self._valid_topics.add(topic)
+        return True
+
     def _prepare(self, msg: MessageExt) -> PutMessageStatus | None:
         """Checks and rewrites before encoding (``CommitLog.putMessage`` / ``checkStoreStatus``)."""
-        if self._shutdown:
+        if self._shutdown or self._logics_error:
             return PutMessageStatus.SERVICE_NOT_AVAILABLE
-        if len(msg.topic.encode()) > V1_TOPIC_MAX_BYTES:
+        if msg.topic not in self._valid_topics and not self._check_topic(msg.topic):
             return PutMessageStatus.MESSAGE_ILLEGAL
         tx = msg.sys_flag & _TX_MASK
         props = msg.properties
@@ -558,6 +575,15 @@ class DefaultMessageStore:
                 raise ValueError("record larger than a CommitLog segment")
         return f
 
+    def _dispatch_failed(self) -> PutResult:
+        # the record is in the CommitLog; a restart re-dispatches it. Until then refuse writes so
+        # queue offsets and ConsumeQueues cannot drift apart.
+        import logging
+
+        logging.getLogger(__name__).exception("dispatch to ConsumeQueue/index failed; store is read-only")
+        self._logics_error = True
+        return PutResult(PutMessageStatus.UNKNOWN_ERROR)
+
     def put_message(self, msg: MessageExt) -> PutResult:
         """Append one message (the hot path of ``put_messages`` for a batch of one)."""
         bad = self._prepare(msg)
@@ -595,7 +621,10 @@ class DefaultMessageStore:
                 self.topic_queue_table[key] = qoff + 1
             self._last_store_ts = store_ts
             tcode = self._tags_code(topic, props, store_ts)
-            self._dispatch(topic, queue_id, phys, n, tcode, store_ts, qoff, keys, uniq, msg.sys_flag)
+            try:
+                self._dispatch(topic, queue_id, phys, n, tcode, store_ts, qoff, keys, uniq, msg.sys_flag)
+            except OSError:
+                return self._dispatch_failed()
         msg.queue_offset = qoff
         msg.commit_log_offset = phys
         msg.store_timestamp = store_ts
@@ -678,18 +707,21 @@ class DefaultMessageStore:
                 tcode = self._tags_code(topic, props, store_ts)
                 keys = props.get(PROPERTY_KEYS)
                 uniq = props.get(PROPERTY_UNIQ_KEY)
-                self._dispatch(
-                    topic,
-                    queue_id,
-                    phys0 + pos,
-                    size,
-                    tcode,
-                    store_ts,
-                    m.queue_offset,
-                    keys,
-                    uniq,
-                    m.sys_flag,
-                )
+                try:
+                    self._dispatch(
+                        topic,
+                        queue_id,
+                        phys0 + pos,
+                        size,
+                        tcode,
+                        store_ts,
+                        m.queue_offset,
+                        keys,
+                        uniq,
+                        m.sys_flag,
+                    )
+                except OSError:
+                    return self._dispatch_failed()
                 if listeners:
                     dispatched.append(
                         DispatchRequest(
@@ -820,6 +852,17 @@ class DefaultMessageStore:
         result.buffer_total_size = total
         result.suggest_pulling_from_slave = self._is_in_disk(max_pulling, max_phy) if max_pulling else False
         return result
+
+    def get_consume_queue_units(
+        self, topic: str, queue_id: int, offset: int, max_units: int
+    ) -> list[tuple[int, int, int]]:
+        """Raw ConsumeQueue units (commitlog offset, size, tagsCode) from ``offset`` within one CQ file
+        (the delay service compares SCHEDULE_TOPIC tagsCodes, i.e. deliver times, without reading records)."""
+        cq = self.consume_queues.get((topic, queue_id))
+        units = cq.get_index_buffer(offset) if cq else None
+        if units is None:
+            return []
+        return list(CQ_UNIT.iter_unpack(units[: max_units * CQ_UNIT_SIZE]))
 
     def get_min_offset_in_queue(self, topic: str, queue_id: int) -> int:
         cq = self.consume_queues.get((topic, queue_id))

@@ -13,6 +13,7 @@ from rmqgate.store.message_store import DefaultMessageStore
 from rmqgate.wire.message import MessageExt
 
 MAGIC_V1 = -626843481
+MAGIC_V2 = -626843477
 BLANK = -875286124
 
 
@@ -34,7 +35,7 @@ def parse_commitlog(directory: Path, file_size: int) -> list[dict]:
             if magic == BLANK:
                 assert total == len(data) - pos and total >= 8
                 break
-            assert magic == MAGIC_V1
+            assert magic in (MAGIC_V1, MAGIC_V2)
             crc, qid, flag, qoff, phys, sysflag, born_ts = struct.unpack_from(">iiiqqiq", data, pos + 8)
             p = pos + 48
             born_host, born_port = data[p : p + 4], struct.unpack_from(">i", data, p + 4)[0]
@@ -47,9 +48,10 @@ def parse_commitlog(directory: Path, file_size: int) -> list[dict]:
             p += 16
             body = data[p : p + body_len]
             p += body_len
-            topic_len = data[p]
-            topic = data[p + 1 : p + 1 + topic_len].decode()
-            p += 1 + topic_len
+            width = 1 if magic == MAGIC_V1 else 2  # v2: 2-byte topic length
+            topic_len = int.from_bytes(data[p : p + width], "big")
+            topic = data[p + width : p + width + topic_len].decode()
+            p += width + topic_len
             (props_len,) = struct.unpack_from(">h", data, p)
             props = data[p + 2 : p + 2 + props_len].decode()
             p += 2 + props_len
@@ -147,10 +149,14 @@ def test_independent_parser_reads_rmqgate_files(tmp_path: Path) -> None:
         )
         res = store.put_message(m)
         sent.append((res, props, bytes(m.body)))
+    long_res = store.put_message(MessageExt("V" * 250, body=b"long topic", properties={"TAGS": "x"}))
     store.shutdown()
 
     records = parse_commitlog(tmp_path / "commitlog", 32 * 1024)
-    assert len(records) == 400
+    assert len(records) == 401
+    long_rec = records.pop()
+    assert long_rec["topic"] == "V" * 250 and long_rec["body"] == b"long topic"
+    assert long_rec["phys"] == long_res.physical_offset
     assert len(list((tmp_path / "commitlog").iterdir())) > 3  # several segments, BLANK records in between
     for (res, props, body), rec in zip(sent, records, strict=True):
         assert rec["phys"] == res.physical_offset and rec["qoff"] == res.queue_offset
@@ -179,5 +185,5 @@ def test_independent_parser_reads_rmqgate_files(tmp_path: Path) -> None:
 
     physic, logics, index_ts = struct.unpack_from(">qqq", (tmp_path / "checkpoint").read_bytes(), 0)
     assert (tmp_path / "checkpoint").stat().st_size == 4096
-    assert physic == logics == index_ts == records[-1]["store_ts"]
+    assert physic == logics == index_ts == long_rec["store_ts"]
     assert not (tmp_path / "abort").exists()

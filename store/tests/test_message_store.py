@@ -18,7 +18,14 @@ from rmqgate.store.api import (
     open_store,
 )
 from rmqgate.store.message_store import DefaultMessageStore
-from rmqgate.wire.message import MessageExt, MessageSysFlag, decode_message, java_string_hash
+from rmqgate.wire.message import (
+    MAGIC_V1,
+    MAGIC_V2,
+    MessageExt,
+    MessageSysFlag,
+    decode_message,
+    java_string_hash,
+)
 
 G = GetMessageStatus
 
@@ -137,7 +144,10 @@ def test_batch_is_consecutive_and_atomic(store: DefaultMessageStore) -> None:
 
 
 def test_illegal_messages(store: DefaultMessageStore) -> None:
-    assert store.put_message(msg(topic="x" * 128)).status is PutMessageStatus.MESSAGE_ILLEGAL
+    assert store.put_message(msg(topic="")).status is PutMessageStatus.MESSAGE_ILLEGAL
+    assert store.put_message(msg(topic="x" * 256)).status is PutMessageStatus.MESSAGE_ILLEGAL  # a dir name
+    assert store.put_message(msg(topic="a/b")).status is PutMessageStatus.MESSAGE_ILLEGAL
+    assert store.put_message(msg(topic="..")).status is PutMessageStatus.MESSAGE_ILLEGAL
     big = msg(body=bytes(store.config.max_message_size + 1))
     assert store.put_message(big).status is PutMessageStatus.MESSAGE_ILLEGAL
     huge_props = msg(P="v" * 40000)
@@ -293,5 +303,29 @@ def test_expired_segments_cleanup_moves_min_offsets(tmp_path: Path) -> None:
             )
         assert len(list((tmp_path / "consumequeue" / "T" / "0").iterdir())) == 1
         assert s.look_message_by_offset(res[0].physical_offset) is None
+    finally:
+        s.shutdown()
+
+
+def test_long_topic_v2_record_and_ipv6_store_host(tmp_path: Path) -> None:
+    c = cfg(tmp_path, store_host="::1", store_port=10911)
+    s = open_store(c)
+    long_topic = "L" * 200
+    try:
+        r = s.put_message(msg(topic=long_topic, body=b"v2", TAGS="t"))
+        assert r.status is PutMessageStatus.PUT_OK and len(r.msg_id) == 56  # IPv6 offsetMsgId
+        m = decode_message(s.get_messages(long_topic, 0, 0, 1).buffers[0])
+        assert m.magic == MAGIC_V2 and m.topic == long_topic and m.body == b"v2"
+        assert m.sys_flag & MessageSysFlag.STOREHOST_V6 and m.store_host == bytes(15) + b"\x01"
+        short = s.put_message(msg(topic="S", body=b"v1"))
+        assert decode_message(s.select_one_message_by_offset(short.physical_offset)).magic == MAGIC_V1
+        units = s.get_consume_queue_units(long_topic, 0, 0, 8)
+        assert units == [(r.physical_offset, r.wrote_bytes, java_string_hash("t"))]
+    finally:
+        s.shutdown()
+    s = open_store(c)  # recovery validates v2 records too
+    try:
+        assert s.get_max_offset_in_queue(long_topic, 0) == 1 and s.get_max_offset_in_queue("S", 0) == 1
+        assert s.get_max_phy_offset() == short.physical_offset + short.wrote_bytes
     finally:
         s.shutdown()
