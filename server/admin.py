@@ -14,6 +14,7 @@ from rmqgate.server.topics import (
     OFFSET_MOVED_EVENT,
     SELF_TEST_TOPIC,
     default_group_config,
+    is_system_topic,
     topic_config,
     validate_topic,
 )
@@ -99,6 +100,10 @@ class AdminBrokerProcessor(RequestProcessor):
         error = validate_topic(h.topic)
         if error is not None:
             return req.response(ResponseCode.SYSTEM_ERROR, error)
+        if is_system_topic(h.topic):
+            return req.response(
+                ResponseCode.SYSTEM_ERROR, f"The topic[{h.topic}] is conflict with system topic."
+            )
         tc = topic_config(
             h.topic, h.read_queue_nums, h.write_queue_nums, h.perm,
             filter_type=h.topic_filter_type or "SINGLE_TAG", sys_flag=h.topic_sys_flag or 0, order=h.order,

@@ -34,14 +34,31 @@ DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
 SYSTEM_TOPIC_PREFIX = "rmq_sys_"
 TOPIC_MAX_LENGTH = 127
 _TOPIC_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+SCHEDULE_TOPIC_V2 = "SCHEDULE_TOPIC_XXXX_V2"
 NOT_ALLOWED_SEND_TOPICS = frozenset(
     {
         SCHEDULE_TOPIC,
         RMQ_SYS_TRANS_HALF_TOPIC,
         RMQ_SYS_TRANS_OP_HALF_TOPIC,
         RMQ_SYS_TRANS_CHECK_MAX_TIME_TOPIC,
+        SELF_TEST_TOPIC,
+        OFFSET_MOVED_EVENT,
+        SCHEDULE_TOPIC_V2,
     }
 )
+#: TopicValidator.SYSTEM_TOPIC_SET (the broker adds its cluster/broker-name topics at start).
+SYSTEM_TOPICS = {
+    AUTO_CREATE_TOPIC_KEY_TOPIC,
+    SCHEDULE_TOPIC,
+    BENCHMARK_TOPIC,
+    RMQ_SYS_TRANS_HALF_TOPIC,
+    "RMQ_SYS_TRACE_TOPIC",
+    RMQ_SYS_TRANS_OP_HALF_TOPIC,
+    RMQ_SYS_TRANS_CHECK_MAX_TIME_TOPIC,
+    SELF_TEST_TOPIC,
+    OFFSET_MOVED_EVENT,
+    SCHEDULE_TOPIC_V2,
+}
 SYSTEM_GROUPS = (
     "TOOLS_CONSUMER",
     "FILTERSRV_CONSUMER",
@@ -59,10 +76,14 @@ def validate_topic(topic: str | None) -> str | None:
     if not topic or not topic.strip():
         return "The specified topic is blank."
     if not _TOPIC_PATTERN.match(topic):
-        return f"The specified topic[{topic}] contains illegal characters, allowing only ^[%|a-zA-Z0-9_-]+$"
+        return "The specified topic contains illegal characters, allowing only ^[%|a-zA-Z0-9_-]+$"
     if len(topic) > TOPIC_MAX_LENGTH:
         return "The specified topic is longer than topic max length."
     return None
+
+
+def is_system_topic(topic: str) -> bool:
+    return topic in SYSTEM_TOPICS or topic.startswith(SYSTEM_TOPIC_PREFIX)
 
 
 def topic_config(
@@ -132,6 +153,7 @@ class TopicConfigManager:
         if c.traceTopicEnable:
             system.append(topic_config(c.msgTraceTopicName, 1, 1))
         system.append(topic_config(f"{c.brokerClusterName}_REPLY_TOPIC", 1, 1))
+        SYSTEM_TOPICS.update(tc["topicName"] for tc in system)
         changed = {tc["topicName"]: tc for tc in system if self.table.get(tc["topicName"]) != tc}
         if changed:
             self.table.update(changed)
