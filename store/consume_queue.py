@@ -108,7 +108,10 @@ class ConsumeQueue:
         f = self.queue.find_mapped_file_by_offset(pos)
         if f is None or pos - f.file_from_offset >= f.wrote_position:
             return None
-        return _unpack_from(f.buf, pos - f.file_from_offset)
+        try:
+            return _unpack_from(f.buf, pos - f.file_from_offset)
+        except ValueError:  # the segment was deleted meanwhile
+            return None
 
     def get_index_buffer(self, offset: int) -> memoryview | None:
         """Units from ``offset`` to the end of what is written in its segment (``getIndexBuffer``)."""
@@ -121,7 +124,10 @@ class ConsumeQueue:
         rel = pos - f.file_from_offset
         if rel >= f.wrote_position:
             return None
-        return f.buf[rel : f.wrote_position]
+        try:
+            return f.buf[rel : f.wrote_position]
+        except ValueError:  # the segment was deleted meanwhile
+            return None
 
     def roll_next_file(self, offset: int) -> int:
         units = self.mapped_file_size // CQ_UNIT_SIZE

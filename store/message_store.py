@@ -115,11 +115,11 @@ class CommitLog:
         rel = phys - f.file_from_offset
         try:
             total, magic = _unpack_prefix(f.buf, rel)
-        except ValueError:
+            if magic == BLANK_MAGIC or total <= 0 or rel + total > f.wrote_position:
+                return None
+            return f.buf[rel : rel + total]
+        except ValueError:  # the segment was deleted meanwhile
             return None
-        if magic == BLANK_MAGIC or total <= 0 or rel + total > f.wrote_position:
-            return None
-        return f.buf[rel : rel + total]
 
     def pickup_store_timestamp(self, phys: int, size: int) -> int:
         rec = self.get_data(phys, size)

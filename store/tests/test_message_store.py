@@ -329,3 +329,63 @@ def test_long_topic_v2_record_and_ipv6_store_host(tmp_path: Path) -> None:
         assert s.get_max_phy_offset() == short.physical_offset + short.wrote_bytes
     finally:
         s.shutdown()
+
+
+def test_concurrent_writers_readers_and_cleanup(tmp_path: Path) -> None:
+    import threading
+
+    s = DefaultMessageStore.open(cfg(tmp_path, file_reserved_time=0))
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def guard(fn):
+        def run() -> None:
+            try:
+                fn()
+            except BaseException as exc:  # pragma: no cover - reported below
+                errors.append(exc)
+                stop.set()
+
+        return run
+
+    def writer(qid: int) -> None:
+        for i in range(400):
+            assert s.put_message(msg(qid=qid, body=b"%d" % i * 50)).status is PutMessageStatus.PUT_OK
+
+    def reader() -> None:
+        offsets = {0: 0, 1: 0}
+        while not stop.is_set():
+            for q in (0, 1):
+                got = s.get_messages("T", q, offsets[q], 32)
+                for b in got.buffers:
+                    m = decode_message(b)
+                    assert m.queue_id == q and m.queue_offset >= offsets[q]
+                offsets[q] = max(offsets[q], got.next_begin_offset)
+
+    def cleaner() -> None:
+        while not stop.is_set():
+            s.clean_expired_files(force=True)
+            time.sleep(0.001)
+
+    writers = [threading.Thread(target=guard(lambda q=q: writer(q))) for q in (0, 1)]
+    others = [threading.Thread(target=guard(reader)), threading.Thread(target=guard(cleaner))]
+    for t in writers + others:
+        t.start()
+    for t in writers:
+        t.join()
+    stop.set()
+    for t in others:
+        t.join()
+    try:
+        assert not errors, errors
+        assert [s.get_max_offset_in_queue("T", q) for q in (0, 1)] == [400, 400]
+        assert s.get_min_phy_offset() > 0  # segments really were deleted underneath the readers
+        for q in (0, 1):
+            lo = s.get_min_offset_in_queue("T", q)
+            got = s.get_messages("T", q, lo, 1)
+            if lo < 400:  # the oldest message still stored is served from the corrected min offset
+                assert got.status is G.FOUND and decode_message(got.buffers[0]).queue_offset == lo
+            else:  # everything of this queue lay in deleted segments
+                assert got.status is G.OFFSET_OVERFLOW_ONE
+    finally:
+        s.shutdown()
