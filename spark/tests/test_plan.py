@@ -1,0 +1,189 @@
+"""Replay plans from corpus captures: what is replayed, in which order, under which identity."""
+
+from __future__ import annotations
+
+import collections
+import itertools
+from pathlib import Path
+
+from rmqgate.spark.frames import rows_from_bytes, rows_from_path
+from rmqgate.spark.job import assign_partitions
+from rmqgate.spark.plan import (
+    ConnPlan,
+    broker_names_from_routes,
+    build_conn_plan,
+    clone_uniq_key,
+    resolve_targets,
+    route_bodies_from_rows,
+)
+from rmqgate.wire.codes import RequestCode
+from rmqgate.wire.fastjson import loads
+from rmqgate.wire.frame import decode_frame
+from rmqgate.wire.message import decode_batch, parse_properties
+
+
+def _plans(path: Path, clone: int = 0, topic_map: dict[str, str] | None = None) -> list[ConnPlan]:
+    rows = rows_from_path(str(path))
+    t0 = min(r["ts"] for r in rows)
+    by_conn: dict[str, list] = collections.defaultdict(list)
+    for r in rows:
+        by_conn[r["conn"]].append(r)
+    plans = [build_conn_plan(k, rs, t0, clone, topic_map) for k, rs in by_conn.items()]
+    return [p for p in plans if p is not None]
+
+
+def test_rows_from_bytes_equal_rows_from_path(corpus: Path) -> None:
+    path = corpus / "pcap" / "c_BatchSend.pcap"
+    by_path = rows_from_path(str(path))
+    by_bytes = list(rows_from_bytes(str(path), path.read_bytes()))
+    assert by_path == by_bytes
+    assert all(r["error"] is None for r in by_path)
+    # every response knows which request it answers
+    assert all(r["req_code"] >= 0 for r in by_path if not r["is_request"])
+
+
+def test_plan_holds_every_client_request_but_the_brokers_own(corpus: Path) -> None:
+    path = corpus / "pcap" / "a_SyncSendPushConsume.pcap"
+    rows = rows_from_path(str(path))
+    plans = _plans(path)
+    client_requests = [r for r in rows if r["direction"] == "c2s" and r["is_request"]]
+    registering = [r for r in client_requests if r["code"] == RequestCode.REGISTER_BROKER]
+    assert registering, "the capture has the broker's own registration"
+    assert sum(len(p.steps) for p in plans) == len(client_requests) - len(registering)
+    assert not any(s.code == RequestCode.REGISTER_BROKER for p in plans for s in p.steps)
+    assert {p.role for p in plans} == {"namesrv", "broker"}
+    for p in plans:
+        times = [s.t for s in p.steps]
+        assert times == sorted(times)
+        assert [s.seq for s in p.steps] == list(range(len(p.steps)))
+    sends = [s for p in plans for s in p.steps if s.code == RequestCode.SEND_MESSAGE_V2]
+    assert len(sends) == 100 and all(s.expected == 0 and s.messages == 1 for s in sends)
+
+
+def test_sync_producer_waits_for_each_response(corpus: Path) -> None:
+    plans = _plans(corpus / "pcap" / "a_SyncSendPushConsume.pcap")
+    producer = next(p for p in plans if any(s.code == RequestCode.SEND_MESSAGE_V2 for s in p.steps))
+    sends = [s for s in producer.steps if s.code == RequestCode.SEND_MESSAGE_V2]
+    for prev, nxt in itertools.pairwise(sends):
+        assert prev.seq in nxt.deps
+
+
+def test_unanswered_long_polls_have_no_expected_code(corpus: Path) -> None:
+    plans = _plans(corpus / "pcap" / "a_SyncSendPushConsume.pcap")
+    pulls = [s for p in plans for s in p.steps if s.code == RequestCode.PULL_MESSAGE]
+    assert any(s.expected is None for s in pulls)  # parked when the capture ended
+    assert any(s.expected == 0 for s in pulls)
+
+
+def test_clones_get_distinct_client_ids_and_message_keys(corpus: Path) -> None:
+    path = corpus / "pcap" / "c_BatchSend.pcap"
+    per_clone = [_plans(path, clone) for clone in range(3)]
+    heartbeats = [
+        [
+            loads(bytes(decode_frame(s.frame).body).decode())["clientID"]
+            for p in plans
+            for s in p.steps
+            if s.code == 34
+        ]
+        for plans in per_clone
+    ]
+    assert heartbeats[1] == [f"{cid}#1" for cid in heartbeats[0]]
+    assert heartbeats[2] == [f"{cid}#2" for cid in heartbeats[0]]
+    unregisters = [
+        [decode_frame(s.frame).ext_fields["clientID"] for p in plans for s in p.steps if s.code == 35]
+        for plans in per_clone
+    ]
+    assert unregisters[1] == [f"{cid}#1" for cid in unregisters[0]]
+
+    def batch_entries(plans: list[ConnPlan]) -> list:
+        return [
+            e
+            for p in plans
+            for s in p.steps
+            if s.code == RequestCode.SEND_BATCH_MESSAGE
+            for e in decode_batch(decode_frame(s.frame).body)
+        ]
+
+    entries = [batch_entries(plans) for plans in per_clone]
+    assert len(entries[0]) == 40 == sum(s.messages for p in per_clone[0] for s in p.steps)
+    uniq = [e.properties["UNIQ_KEY"] for es in entries for e in es]
+    assert len(set(uniq)) == len(uniq) == 120
+    assert len({len(u) for u in uniq}) == 1 and len(uniq[0]) in (32, 56)  # same shape as recorded
+    keys = [e.properties.get("KEYS") for es in entries for e in es]
+    if keys[0]:
+        assert len(set(keys)) == len(keys)
+    # bodies, flags and the producer group are what the client sent
+    assert [e.body for e in entries[1]] == [e.body for e in entries[0]]
+    groups = {
+        decode_frame(s.frame).ext_fields["a"]
+        for plans in per_clone
+        for p in plans
+        for s in p.steps
+        if s.code == RequestCode.SEND_BATCH_MESSAGE
+    }
+    assert len(groups) == 1
+
+
+def test_single_send_clone_rewrites_properties(corpus: Path) -> None:
+    path = corpus / "pcap" / "a_SyncSendPushConsume.pcap"
+    props = [
+        [
+            parse_properties(decode_frame(s.frame).ext_fields["i"])
+            for p in _plans(path, clone)
+            for s in p.steps
+            if s.code == RequestCode.SEND_MESSAGE_V2
+        ]
+        for clone in (0, 1)
+    ]
+    assert len(props[0]) == len(props[1]) == 100
+    for a, b in zip(*props, strict=True):
+        assert a["UNIQ_KEY"] != b["UNIQ_KEY"] and len(a["UNIQ_KEY"]) == len(b["UNIQ_KEY"])
+        if "KEYS" in a:
+            assert b["KEYS"] == " ".join(f"{k}#1" for k in a["KEYS"].split(" "))
+        assert {k: v for k, v in a.items() if k not in ("UNIQ_KEY", "KEYS")} == {
+            k: v for k, v in b.items() if k not in ("UNIQ_KEY", "KEYS")
+        }
+
+
+def test_clone_uniq_key_shape() -> None:
+    uniq = "7F00000100641B6D2AC47E1C0000000A"
+    assert clone_uniq_key(uniq, 0) == uniq
+    assert [clone_uniq_key(uniq, c)[8:12] for c in (1, 2)] == ["0065", "0066"]
+    assert clone_uniq_key("odd", 3) == "odd-3"
+
+
+def test_topic_map_renames_send_pull_and_subscriptions(corpus: Path) -> None:
+    plans = _plans(
+        corpus / "pcap" / "a_SyncSendPushConsume.pcap", topic_map={"LabSync_mwr6eu1knmg": "Renamed"}
+    )
+    sends = [decode_frame(s.frame) for p in plans for s in p.steps if s.code == RequestCode.SEND_MESSAGE_V2]
+    assert {c.ext_fields["b"] for c in sends} == {"Renamed"}
+    pulls = [decode_frame(s.frame) for p in plans for s in p.steps if s.code == RequestCode.PULL_MESSAGE]
+    assert {c.ext_fields["topic"] for c in pulls} - {"%RETRY%CG_sync_mwr6eudmyjs"} == {"Renamed"}
+    heartbeats = [bytes(decode_frame(s.frame).body) for p in plans for s in p.steps if s.code == 34]
+    assert all(b"LabSync_mwr6eu1knmg" not in b for b in heartbeats)
+    assert any(b'"Renamed"' in b for b in heartbeats)
+
+
+def test_targets_by_broker_name_vip_port_and_single_broker_fallback(corpus: Path) -> None:
+    rows = rows_from_path(str(corpus / "pcap" / "a_SyncSendPushConsume.pcap"))
+    names = broker_names_from_routes(route_bodies_from_rows(rows))
+    assert names == {"127.0.0.1:10911": "broker-a"}
+    servers = [("namesrv", "127.0.0.1:9876"), ("broker", "127.0.0.1:10911"), ("broker", "127.0.0.1:10909")]
+    two = {"broker-a": "10.0.0.1:1", "broker-b": "10.0.0.2:1"}
+    assert resolve_targets(servers, names, two, "ns:1") == {
+        "127.0.0.1:9876": "ns:1",
+        "127.0.0.1:10911": "10.0.0.1:1",
+        "127.0.0.1:10909": "10.0.0.1:1",  # the VIP channel (listenPort - 2) of broker-a
+    }
+    assert resolve_targets(servers, names, {"other": "10.0.0.9:1"}, "ns:1")["127.0.0.1:10911"] == "10.0.0.9:1"
+    assert resolve_targets(servers, names, {"x": "a:1", "y": "b:1"}, "ns:1")["127.0.0.1:10911"] == ""
+
+
+def test_assign_partitions_balances_request_counts() -> None:
+    weights = {("a", 0): 100, ("a", 1): 100, ("b", 0): 60, ("b", 1): 60, ("c", 0): 30, ("c", 1): 30}
+    assign = assign_partitions(weights, 2)
+    loads_ = [sum(w for k, w in weights.items() if assign[k] == i) for i in range(2)]
+    assert sorted(loads_) == [190, 190]
+    assert assign[("a", 0)] != assign[("a", 1)]  # clones of a connection spread out
+    assert set(assign_partitions(weights, 8).values()) == set(range(6))
