@@ -157,7 +157,9 @@ async def replay_connection(
             latency = (time.perf_counter() - t) * 1000.0
             out[step.seq] = _outcome(task, plan, target, step, "ok", sched, sent, resp, latency)
         except TimeoutError:
-            out[step.seq] = _outcome(task, plan, target, step, "timeout", sched, sent, error="timeout")
+            # no answer is what the capture shows for a request it never saw answered
+            status = "unanswered" if step.expected is None else "timeout"
+            out[step.seq] = _outcome(task, plan, target, step, status, sched, sent, error="timeout")
         except asyncio.CancelledError:
             out[step.seq] = _outcome(task, plan, target, step, "unanswered", sched, sent)
         except (ConnectionError, OSError) as exc:
