@@ -318,6 +318,8 @@ class Outcome:
     error: str | None = None
     long_poll: bool = False
     kind: str = "request"  # or "check_answer"
+    topic: str | None = None
+    remark: str | None = None  # of the response, kept for mismatches
 
     @property
     def latency_ms(self) -> float | None:
@@ -507,6 +509,8 @@ class _Replay:
         self.used_answers: dict[int, dict[int, int]] = defaultdict(dict)  # conn -> code -> used
         self.shared: dict[tuple[str, int], asyncio.Future] = {}
         self._control: ReplayConnection | None = None  # to the target name server, for route waits
+        self.routes_seen: set[str] = set()
+        self.route_waits: dict[str, float] = {}  # topic -> seconds waited for its route to appear
         self.tasks: set[asyncio.Task] = set()
         self._rank_of: dict[int, int] = {}  # id(request) -> rank
         self._barrier_of: dict[int, int] = {}
@@ -587,7 +591,8 @@ class _Replay:
                 for key in ("bname", "n") if req.code in (310, 320, 325) else ("bname",):
                     if key in ext:
                         updates[key] = name
-        if req.code in PULL_CODES and self._is_long_poll(req) and "suspendTimeoutMillis" in ext:
+        if req.code in PULL_CODES and "suspendTimeoutMillis" in ext:
+            # any pull may be held by the target (even one the recorded broker answered at once)
             speed = self.opts.speed
             suspend = int(ext["suspendTimeoutMillis"])
             scaled = self.opts.max_suspend_ms if not speed else max(100, round(suspend / speed))
@@ -667,7 +672,7 @@ class _Replay:
         rank = self._rank_of.get(id(req))
         long_poll = self._is_long_poll(req)
         out = Outcome(pc.conn_id, req.code, time.monotonic(), recorded_code=req.resp_code, long_poll=long_poll,
-                      kind=kind)  # fmt: skip
+                      kind=kind, topic=req.ext.get("b" if req.code in (310, 320, 325) else "topic"))  # fmt: skip
         self.outcomes.append(out)
         try:
             opaque = conn.next_opaque()
@@ -685,6 +690,8 @@ class _Replay:
             done_at, resp = await asyncio.wait_for(fut, timeout)
             out.done = done_at
             out.response_code = resp.code
+            if resp.code != req.resp_code:
+                out.remark = resp.remark
             self.learn(req, resp)
             if req.code == RequestCode.UPDATE_AND_CREATE_TOPIC and resp.code == ResponseCode.SUCCESS:
                 # the recorded broker registered the topic before later requests looked its route up
@@ -706,10 +713,16 @@ class _Replay:
                 self.progress(self.finished, self.total)
 
     async def _await_route(self, topic: str) -> None:
-        """Wait (bounded) until the target name server serves a route for ``topic``."""
-        if not topic:
+        """Wait (bounded) until the target name server serves a route for ``topic``.
+
+        Used where the recording shows a route existed that only the broker's own registration
+        (not replayed) could have created: after UPDATE_AND_CREATE_TOPIC, and before a route lookup
+        that succeeded in the recording (retry topics, auto-created topics).
+        """
+        if not topic or topic in self.routes_seen:
             return
-        deadline = time.monotonic() + self.opts.route_wait
+        start = time.monotonic()
+        deadline = start + self.opts.route_wait
         req = RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
         while time.monotonic() < deadline:
             try:
@@ -717,6 +730,10 @@ class _Replay:
                     self._control = await open_connection(self.namesrv, timeout=self.opts.connect_timeout)
                 resp = await call(self._control, req, self.opts.request_timeout)
                 if resp.code == ResponseCode.SUCCESS:
+                    self.routes_seen.add(topic)
+                    waited = time.monotonic() - start
+                    if waited > 0.005:
+                        self.route_waits[topic] = round(waited, 3)
                     return
             except (OSError, ConnectionError, TimeoutError):
                 pass
@@ -727,6 +744,9 @@ class _Replay:
         inflight: list[asyncio.Task] = []
         for i, req in enumerate(pc.requests):
             await self.sched.wait(req.ts, self._barrier_of[id(req)])
+            if req.code == RequestCode.GET_ROUTEINFO_BY_TOPIC and req.resp_code == ResponseCode.SUCCESS:
+                topic = req.ext.get("topic", "")
+                await self._await_route(self.opts.topic_map.get(topic, topic))
             try:
                 if conn is None or conn.closed:
                     conn = await self.connection_for(pc)
@@ -800,6 +820,7 @@ async def replay_connections(
         "server_requests": dict(replay.server_requests),
         "server_requests_answered": dict(replay.server_answered),
         "unused_check_answers": len(replay.check_pool),
+        "route_waits": replay.route_waits,
     }
     return outcomes, facts
 
@@ -852,7 +873,7 @@ def summarize(outcomes: Sequence[Outcome], facts: dict | None = None, max_detail
             entry["mismatches"] += 1
             if len(mismatches) < max_details:
                 mismatches.append({
-                    "conn": o.conn_id, "request": request_name(o.code),
+                    "conn": o.conn_id, "request": request_name(o.code), "topic": o.topic, "remark": o.remark,
                     "recorded": response_name(o.recorded_code), "got": response_name(o.response_code),
                 })  # fmt: skip
     for entry in by_code.values():
