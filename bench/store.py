@@ -69,8 +69,12 @@ def floor(root: Path, records: list[bytes]) -> tuple[float, float]:
     return total / per_record, total / bulk
 
 
-def bench_async(root: Path, msgs: list[MessageExt]) -> tuple[float, int, DefaultMessageStore]:
-    store = DefaultMessageStore.open(config(root, "ASYNC_FLUSH"))
+def bench_async(
+    root: Path, msgs: list[MessageExt], index: bool = True
+) -> tuple[float, int, DefaultMessageStore]:
+    cfg = config(root, "ASYNC_FLUSH")
+    cfg.message_index_enable = index
+    store = DefaultMessageStore.open(cfg)
     t = time.perf_counter()
     put = store.put_message
     wrote = 0
@@ -144,6 +148,12 @@ def main() -> None:
         )
         rdt, rn, rsize = bench_read(store)
         store.shutdown()
+        dt, wrote, store = bench_async(base / "async-noindex", messages(n, "noidx"), index=False)
+        store.shutdown()
+        x_bps = wrote / dt
+        print(
+            f"{'  same, messageIndexEnable=false':<44}{n / dt:>12,.0f}{x_bps / 1e6:>10.1f}{x_bps / raw_bps:>10.2f}"
+        )
 
         ns = max(WRITERS, n // 2)
         dt, wrote, fsyncs = bench_sync(base / "sync", messages(ns, "sync"))

@@ -22,6 +22,7 @@ Buffers in results are memoryviews over the mmapped CommitLog: use them promptly
 
 from __future__ import annotations
 
+import asyncio
 import enum
 from collections.abc import Callable, Collection, Iterator, Sequence
 from concurrent.futures import Future
@@ -108,7 +109,9 @@ class PutResult:
     store_timestamp: int = 0
     topic: str = ""  # the topic actually written (SCHEDULE_TOPIC_XXXX for delayed messages)
     #: SYNC_FLUSH only: resolves with PUT_OK once flushed, FLUSH_DISK_TIMEOUT after sync_flush_timeout.
-    durable: Future[PutMessageStatus] | None = None
+    #: An ``asyncio.Future`` of the running loop when put from a loop thread (one wake-up per group
+    #: commit), else a ``concurrent.futures.Future``; ``asyncio.wrap_future`` accepts both.
+    durable: Future[PutMessageStatus] | asyncio.Future[PutMessageStatus] | None = None
 
 
 @dataclass(slots=True)

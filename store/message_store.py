@@ -10,6 +10,7 @@ a record.
 
 from __future__ import annotations
 
+import asyncio
 import fcntl
 import ipaddress
 import os
@@ -21,6 +22,7 @@ import time
 from collections.abc import Collection, Sequence
 from concurrent.futures import Future
 from pathlib import Path
+from typing import Any
 
 from rmqgate.store.api import (
     SCHEDULE_TOPIC,
@@ -132,6 +134,12 @@ class CommitLog:
         return phys + self.mapped_file_size - phys % self.mapped_file_size
 
 
+def _resolve_all(done: list[tuple[asyncio.Future[PutMessageStatus], PutMessageStatus]]) -> None:
+    for fut, status in done:
+        if not fut.done():
+            fut.set_result(status)
+
+
 class _FlushService(threading.Thread):
     """ASYNC_FLUSH: fsync every interval when enough pages are dirty; SYNC_FLUSH: group commit."""
 
@@ -140,15 +148,19 @@ class _FlushService(threading.Thread):
         self.store = store
         self.sync = store.config.flush_disk_type == SYNC_FLUSH
         self._cond = threading.Condition()
-        self._requests: list[tuple[int, Future[PutMessageStatus], float]] = []
+        self._requests: list[tuple[int, Any, float, asyncio.AbstractEventLoop | None]] = []
         self._stopped = False
         self.flush_count = 0
 
-    def submit(self, next_offset: int) -> Future[PutMessageStatus]:
-        fut: Future[PutMessageStatus] = Future()
+    def submit(self, next_offset: int) -> Future[PutMessageStatus] | asyncio.Future[PutMessageStatus]:
+        """A future resolved once the CommitLog is flushed past ``next_offset``. Called from a thread
+        running an asyncio loop it is an ``asyncio.Future`` of that loop, and one group commit wakes
+        the loop once for all its writers; otherwise a ``concurrent.futures.Future``."""
+        loop = asyncio._get_running_loop()
+        fut: Any = loop.create_future() if loop is not None else Future()
         deadline = time.monotonic() + self.store.config.sync_flush_timeout / 1000
         with self._cond:
-            self._requests.append((next_offset, fut, deadline))
+            self._requests.append((next_offset, fut, deadline, loop))
             self._cond.notify()
         return fut
 
@@ -186,9 +198,19 @@ class _FlushService(threading.Thread):
                 while flushed < target:
                     flushed = self._flush()
                 now = time.monotonic()
-                for off, fut, deadline in reqs:
+                by_loop: dict[asyncio.AbstractEventLoop, list[tuple[Any, PutMessageStatus]]] = {}
+                for off, fut, deadline, loop in reqs:
                     ok = off <= flushed and now <= deadline
-                    fut.set_result(PutMessageStatus.PUT_OK if ok else PutMessageStatus.FLUSH_DISK_TIMEOUT)
+                    status = PutMessageStatus.PUT_OK if ok else PutMessageStatus.FLUSH_DISK_TIMEOUT
+                    if loop is None:
+                        fut.set_result(status)
+                    else:
+                        by_loop.setdefault(loop, []).append((fut, status))
+                for loop, done in by_loop.items():
+                    try:
+                        loop.call_soon_threadsafe(_resolve_all, done)
+                    except RuntimeError:  # that loop is closed: nobody is waiting any more
+                        pass
             if stopped and not self._requests:
                 return
 

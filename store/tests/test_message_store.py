@@ -249,8 +249,9 @@ def test_sync_flush_group_commit_from_asyncio(tmp_path: Path) -> None:
         out = []
         for i in range(n):
             r = s.put_message(msg(body=b"x" * 100, qid=i % 4))
-            assert r.durable is not None
+            assert isinstance(r.durable, asyncio.Future)  # resolved by one wake-up per group commit
             out.append(await asyncio.wrap_future(r.durable))
+            assert s.commitlog.queue.flushed_where >= r.physical_offset + r.wrote_bytes
         return out
 
     async def main() -> list[list[PutMessageStatus]]:
@@ -262,6 +263,25 @@ def test_sync_flush_group_commit_from_asyncio(tmp_path: Path) -> None:
         fs = s._flush_service
         assert fs is not None and fs.flush_count < 16 * 20  # writers shared fsyncs
         assert s.commitlog.queue.flushed_where == s.commitlog.get_max_offset()
+    finally:
+        s.shutdown()
+
+
+def test_sync_flush_from_plain_threads(tmp_path: Path) -> None:
+    from concurrent.futures import Future, ThreadPoolExecutor
+
+    s = open_store(cfg(tmp_path, flush_disk_type="SYNC_FLUSH", mapped_file_size_commitlog=1 << 20))
+
+    def put(i: int) -> PutMessageStatus:
+        r = s.put_message(msg(body=b"t%d" % i))
+        assert isinstance(r.durable, Future)  # no running loop in this thread
+        st = r.durable.result(timeout=10)
+        assert s.commitlog.queue.flushed_where >= r.physical_offset + r.wrote_bytes
+        return st
+
+    try:
+        with ThreadPoolExecutor(8) as pool:
+            assert set(pool.map(put, range(200))) == {PutMessageStatus.PUT_OK}
     finally:
         s.shutdown()
 
