@@ -88,7 +88,8 @@ class BrokerController:
             self.config.listenPort = self.server.port
             self.store.config.store_port = self.server.port
         loop = asyncio.get_running_loop()
-        self.pull_processor.hold.bind(loop)
+        c = self.config
+        self.pull_processor.hold.bind(loop, 5.0 if c.longPollingEnable else c.shortPollingTimeMills / 1000.0)
         await self.register_all()
         self._tasks.append(loop.create_task(self._register_loop()))
         self._tasks.append(loop.create_task(self._scan_loop()))

@@ -64,13 +64,35 @@ class PullRequestHoldService:
 
     def __init__(self, processor: PullMessageProcessor) -> None:
         self.processor = processor
+        self.check_interval = 5.0
         self.held: dict[tuple[str, int], list[_HeldPull]] = {}
         self.loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: int | None = None
 
-    def bind(self, loop: asyncio.AbstractEventLoop) -> None:
+    def bind(self, loop: asyncio.AbstractEventLoop, check_interval: float = 5.0) -> None:
         self.loop = loop
         self._loop_thread = threading.get_ident()
+        self.check_interval = check_interval
+        self._checker = loop.create_task(self._check_loop())
+
+    async def _check_loop(self) -> None:
+        """``checkHoldRequest``: every 5 s (1 s with short polling) a parked pull whose queue has grown
+        past its offset is run again even if no arriving message matched its tags (Java passes a null
+        tagsCode here, which every filter accepts)."""
+        store = self.processor.store
+        while True:
+            await asyncio.sleep(self.check_interval)
+            for key in list(self.held):
+                try:
+                    newest = store.get_max_offset_in_queue(*key)
+                except Exception:
+                    continue
+                self.notify(key[0], key[1], newest - 1, None)
+
+    def unbind(self) -> None:
+        checker = getattr(self, "_checker", None)
+        if checker is not None:
+            checker.cancel()
 
     def suspend(self, channel: Channel, request: RemotingCommand, key: tuple[str, int], offset: int,
                 codes: set[int] | None, timeout: float) -> None:  # fmt: skip
@@ -262,4 +284,5 @@ class PullMessageProcessor(RequestProcessor):
         return response
 
     def stop(self) -> None:
+        self.hold.unbind()
         self.hold.wake_all()

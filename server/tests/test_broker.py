@@ -507,3 +507,25 @@ def test_fast_send_response_matches_generic_encoding() -> None:
     generic = req.response(0, None, ext)
     assert fast == encode_frame(generic)
     assert decode_frame(fast) == generic
+
+
+@async_test
+async def test_periodic_hold_check_wakes_unmatched_pull(Broker) -> None:
+    """checkHoldRequest: a parked TagB pull is re-run once non-matching messages pass its offset (20)."""
+    async with Broker() as b:
+        hold = b.broker.pull_processor.hold
+        hold.unbind()
+        hold.bind(asyncio.get_running_loop(), 0.2)
+        c = await b.client()
+        assert (await c.invoke(send_v2("PC", tags="TagB"))).code == 0
+        parked = asyncio.ensure_future(
+            c.invoke(pull_cmd("PC", 1, sys_flag=4 | 2, suspend_ms=10_000, sub="TagB"), 15)
+        )
+        await asyncio.sleep(0.1)
+        assert not parked.done()
+        t0 = time.monotonic()
+        assert (await c.invoke(send_v2("PC", tags="TagA"))).code == 0
+        resp = await parked
+        assert time.monotonic() - t0 < 2.0
+        assert resp.code == ResponseCode.PULL_RETRY_IMMEDIATELY and resp.ext_fields["nextBeginOffset"] == "2"
+        await c.aclose()
