@@ -1071,6 +1071,7 @@ class FrameReader:
                     raise StrictError(gap.describe())
             elif sp is not None:  # StreamEnd
                 yield from self._lose_buffer(half, sp, event.ts, event.reason)
+                half.state = None
 
     def _lose_buffer(self, half: HalfStream, sp: _Splitter, ts: float, reason: str) -> Iterator[Truncated]:
         decoder = sp.decoder
