@@ -17,8 +17,8 @@ class ConsumeQueue:
     def __init__(self, topic: str, queue_id: int, root: Path, mapped_file_size: int) -> None:
         self.topic = topic
         self.queue_id = queue_id
-        # a whole number of units per file, as RocketMQ rounds it
-        self.mapped_file_size = mapped_file_size - mapped_file_size % CQ_UNIT_SIZE
+        # a whole number of units per file, rounded up like getMappedFileSizeConsumeQueue()
+        self.mapped_file_size = -(-mapped_file_size // CQ_UNIT_SIZE) * CQ_UNIT_SIZE
         self.queue = MappedFileQueue(Path(root) / topic / str(queue_id), self.mapped_file_size)
         self.max_physic_offset = -1  # end (offset + size) of the last dispatched record
         self.min_logic_offset = 0  # bytes
