@@ -510,7 +510,7 @@ class _Replay:
         self.shared: dict[tuple[str, int], asyncio.Future] = {}
         self._control: ReplayConnection | None = None  # to the target name server, for route waits
         self.routes_seen: set[str] = set()
-        self.route_waits: dict[str, float] = {}  # topic -> seconds waited for its route to appear
+        self.route_waits: dict[str, float] = {}  # topic -> seconds waited for its route (-1: never came)
         self.tasks: set[asyncio.Task] = set()
         self._rank_of: dict[int, int] = {}  # id(request) -> rank
         self._barrier_of: dict[int, int] = {}
@@ -738,6 +738,8 @@ class _Replay:
             except (OSError, ConnectionError, TimeoutError):
                 pass
             await asyncio.sleep(0.02)
+        self.routes_seen.add(topic)  # gave up: do not wait for it again
+        self.route_waits[topic] = -1.0
 
     async def run_connection(self, pc: PlannedConnection) -> None:
         conn: ReplayConnection | None = None
