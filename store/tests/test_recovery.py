@@ -233,3 +233,34 @@ def test_dropped_records_never_resurface(tmp_path: Path) -> None:
         assert s.look_message_by_offset(c.physical_offset) is None
     finally:
         s.shutdown()
+
+
+def test_abnormal_recovery_starts_from_checkpoint_segment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import rmqgate.store.message_store as ms
+
+    clock = iter(range(1_700_000_000_000, 1_800_000_000_000, 1000))  # one second per append
+    monkeypatch.setattr(ms, "_now_ms", lambda: next(clock))
+    cfg = small(tmp_path)
+    cfg.max_index_num = 30  # full index files are kept after a crash; only the open one is rebuilt
+    s = DefaultMessageStore.open(cfg, start_services=False)
+    for i in range(100):
+        s.put_message(MessageExt("C", body=os.urandom(700), queue_id=i % 2, properties={"KEYS": f"c{i}"}))
+    s.commitlog.queue.flush()
+    s.checkpoint.physic_msg_timestamp = s._last_store_ts
+    s.flush_logics()  # checkpoint: everything so far is on disk
+    segments_before = len(s.commitlog.queue.files)
+    for i in range(100, 110):
+        s.put_message(MessageExt("C", body=os.urandom(700), queue_id=i % 2, properties={"KEYS": f"c{i}"}))
+    crash(s)
+    s = DefaultMessageStore.open(cfg, start_services=False)
+    try:
+        assert not s.last_exit_ok
+        # re-dispatch began a few seconds before the checkpoint, not at the first segment
+        assert 0 < s.recovered_from <= s.commitlog.queue.files[segments_before - 1].file_from_offset
+        assert [s.get_max_offset_in_queue("C", q) for q in (0, 1)] == [55, 55]
+        for i in (0, 50, 99, 100, 109):
+            assert len(s.query_message("C", f"c{i}", 4).buffers) == 1, i
+    finally:
+        s.shutdown()
