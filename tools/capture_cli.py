@@ -210,6 +210,24 @@ def dump(path: str, out=None) -> None:
         print(f"{rec.ts:.6f} #{rec.conn_id} {DIRECTION_NAMES.get(rec.direction)} {cmd}", file=out)
 
 
+def add_pcap_convert(sub: argparse._SubParsersAction) -> None:
+    """The ``rmqgate pcap convert FILE.pcap -o FILE.rmqcap`` action (registered by pcap_cli)."""
+    p = sub.add_parser("convert", help="convert a pcap to an rmqgate capture file (.rmqcap)")
+    p.add_argument("file", help="libpcap or pcapng capture")
+    p.add_argument("-o", "--output", required=True, help="capture file to write")
+    p.set_defaults(_pcap_action=_pcap_convert)
+
+
+def _pcap_convert(args: argparse.Namespace) -> int:
+    try:
+        n = convert_pcap(args.file, args.output)
+    except (OSError, ValueError) as exc:
+        print(f"rmqgate pcap convert: {exc}", file=sys.stderr)
+        return 1
+    print(f"{n} frames written to {args.output}", file=sys.stderr)
+    return 0
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="capture_command", metavar="ACTION", required=True)
     p = sub.add_parser("stats", help="request mix, sizes, connections, duration and rates")

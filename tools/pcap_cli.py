@@ -42,6 +42,10 @@ def _add_decode(sub: argparse._SubParsersAction) -> None:
 #: action name -> function adding its sub-parser (which sets ``_pcap_action``)
 ACTIONS: dict[str, Callable[[argparse._SubParsersAction], None]] = {"decode": _add_decode}
 
+from rmqgate.tools.capture_cli import add_pcap_convert  # noqa: E402 - its owner module
+
+ACTIONS["convert"] = add_pcap_convert
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="pcap_action", metavar="ACTION")

@@ -232,3 +232,17 @@ def test_dump_lists_frames(tmp_path: Path) -> None:
     out = io.StringIO()
     capture_cli.dump(str(path), out)
     assert "code=105" in out.getvalue() and "c2s" in out.getvalue()
+
+
+def test_rmqgate_pcap_convert_and_capture_stats_commands(corpus: Path, tmp_path: Path) -> None:
+    from rmqgate.tools.cli import main
+
+    dst = tmp_path / "c.rmqcap"
+    assert main(["pcap", "convert", str(corpus / "pcap" / "c_BatchSend.pcap"), "-o", str(dst)]) == 0
+    assert sum(1 for r in read_capture(dst) if r.kind == Kind.FRAME) == len(
+        list(read_frames(corpus / "pcap" / "c_BatchSend.pcap"))
+    )
+    out = io.StringIO()
+    with redirect_stdout(out):
+        assert capture_cli.run(argparse.Namespace(capture_command="stats", file=str(dst), json=True)) == 0
+    assert json.loads(out.getvalue())["by_code"]["SEND_BATCH_MESSAGE"]["count"] > 0
