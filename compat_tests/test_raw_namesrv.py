@@ -198,3 +198,21 @@ def test_broker_removed_when_its_channel_closes(cluster, uniq):
     with cluster.namesrv_client() as ns:
         gone = wait_until(lambda: ns.route(topic).code == ResponseCode.TOPIC_NOT_EXIST, timeout=10)
     assert gone, "route still served after the registering broker's connection closed"
+
+
+def test_route_known_as_soon_as_topic_creation_is_answered(cluster, uniq, broker, namesrv):
+    """Java registers with the name server *before* answering UPDATE_AND_CREATE_TOPIC
+    (registerIncrementBrokerData), so create-then-route works without polling (mqadmin updateTopic
+    followed by a producer start relies on it; every corpus program does exactly this)."""
+    topic = uniq()
+    assert broker.create_topic(topic, 2).code == ResponseCode.SUCCESS
+    resp = namesrv.route(topic)
+    assert resp.code == ResponseCode.SUCCESS, "route not registered when the create was answered"
+    assert loads(resp.body)["queueDatas"][0]["writeQueueNums"] == 2
+
+
+def test_route_known_as_soon_as_auto_creating_send_is_answered(cluster, uniq, broker, namesrv):
+    """createTopicInSendMessageMethod calls registerBrokerAll before the send is answered."""
+    topic = uniq("auto")
+    assert broker.send_message(topic, b"x").code == ResponseCode.SUCCESS
+    assert namesrv.route(topic).code == ResponseCode.SUCCESS
