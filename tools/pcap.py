@@ -961,8 +961,20 @@ _JSON_OR_BINARY_START = re.compile(rb"(?=.{4}(?:\x00.{3}\{|\x01.{5}[\x00-\x0c]))
 _MIN_HEADER = (2, 21)  # "{}"; ROCKETMQ fixed fields plus two empty length prefixes
 
 
+#: While resynchronising: bytes held waiting for a candidate frame start's header to complete, and
+#: the tail kept between chunks (the start pattern spans up to 11 bytes).
+_RESYNC_HOLD = 256 * 1024
+_RESYNC_TAIL = 10
+
+
 def find_frame_start(data: bytes, max_frame_length: int = DEFAULT_MAX_FRAME_LENGTH) -> int | None:
     """The first offset in ``data`` that plausibly starts a frame (heuristic, for resynchronising)."""
+    return _scan_frame_start(data, max_frame_length)[0]
+
+
+def _scan_frame_start(data: bytes, max_frame_length: int) -> tuple[int | None, bool]:
+    """``(offset, header_decoded)`` of the first plausible frame start: a sane envelope whose header,
+    when ``data`` holds all of it, decodes."""
     size = len(data)
     for m in _JSON_OR_BINARY_START.finditer(data):
         p = m.start()
@@ -980,8 +992,9 @@ def find_frame_start(data: bytes, max_frame_length: int = DEFAULT_MAX_FRAME_LENG
                 decode_frame(FRAME_PREFIX.pack(header_length + 4, word) + data[p + 8 : p + 8 + header_length])
             except CodecError:
                 continue
-        return p
-    return None
+            return p, True
+        return p, False
+    return None, False
 
 
 def _decode_head(data: bytes) -> RemotingCommand | None:
@@ -999,7 +1012,7 @@ def _decode_head(data: bytes) -> RemotingCommand | None:
 
 
 class _Splitter:
-    __slots__ = ("decoder", "first_ts", "offset", "skip_to", "synced")
+    __slots__ = ("carry", "decoder", "first_ts", "offset", "skip_to", "synced")
 
     def __init__(self, synced: bool, offset: int, max_frame_length: int) -> None:
         self.decoder = FrameDecoder(max_frame_length)
@@ -1007,6 +1020,7 @@ class _Splitter:
         self.offset = offset  # stream offset of the first byte buffered in the decoder
         self.first_ts = 0.0
         self.skip_to: int | None = None  # the tail of a frame cut by a gap: the next frame starts here
+        self.carry = b""  # unsynchronised bytes kept for the next scan
 
 
 class FrameReader:
@@ -1050,6 +1064,9 @@ class FrameReader:
                     sp = half.state = _Splitter(not half.mid_stream, event.offset, max_len)
                 yield from self._chunk(half, sp, event)
             elif type(event) is StreamGap:
+                if sp is not None and sp.carry:
+                    stats.resync_skipped_bytes += len(sp.carry)
+                    sp.carry = b""
                 if sp is not None and sp.synced and sp.skip_to is None:
                     frame_end = None
                     if sp.decoder.buffered >= 4:
@@ -1070,6 +1087,7 @@ class FrameReader:
                 if self.strict:
                     raise StrictError(gap.describe())
             elif sp is not None:  # StreamEnd
+                stats.resync_skipped_bytes += len(sp.carry)
                 yield from self._lose_buffer(half, sp, event.ts, event.reason)
                 half.state = None
 
@@ -1100,13 +1118,20 @@ class FrameReader:
             sp.offset = sp.skip_to
             sp.skip_to = None
         if not sp.synced:
-            start = find_frame_start(data, self.max_frame_length)
+            buf = sp.carry + data if sp.carry else data
+            start, decoded = _scan_frame_start(buf, self.max_frame_length)
             if start is None:
-                self.stats.resync_skipped_bytes += len(data)
+                keep = min(len(buf), _RESYNC_TAIL)
+                self.stats.resync_skipped_bytes += len(buf) - keep
+                sp.carry = buf[len(buf) - keep :]
                 return
             self.stats.resync_skipped_bytes += start
-            data = data[start:]
-            sp.offset = event.offset + start
+            if not decoded and len(buf) - start < _RESYNC_HOLD:
+                sp.carry = buf[start:]  # wait for the rest of the candidate's header
+                return
+            sp.offset = event.offset + len(data) - len(buf) + start
+            data = buf[start:]
+            sp.carry = b""
             sp.synced = True
         decoder = sp.decoder
         had = decoder.buffered

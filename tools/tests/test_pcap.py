@@ -543,3 +543,19 @@ def test_capture_starting_at_the_syn_ack_needs_no_resync(tmp_path: Path) -> None
     got = list(reader)
     assert [(f.raw, f.direction, f.src) for f in got] == [(frame, "c2s", c.client)]
     assert reader.stats.resync_skipped_bytes == 0
+
+
+@pytest.mark.parametrize("mss", [3, 11, 64])
+def test_mid_stream_resync_across_tiny_segments(tmp_path: Path, mss: int) -> None:
+    c = Tcp()
+    frames = [encode_frame(cmd(11, i, SerializeType(i % 2), body=b"{}" * i, topic="T")) for i in range(4)]
+    tail = frames[0][-17:]
+    packets = c.send("c", tail + b"".join(frames[1:]), mss=mss)
+    reader = read_frames(write(tmp_path / "x.pcap", packets))
+    assert [f.raw for f in reader] == frames[1:]
+    assert reader.stats.resync_skipped_bytes == len(tail)
+    assert [f.offset for f in read_frames(tmp_path / "x.pcap")] == [
+        17,
+        17 + len(frames[1]),
+        17 + len(frames[1]) + len(frames[2]),
+    ]
