@@ -1064,10 +1064,12 @@ class FrameReader:
                     sp = half.state = _Splitter(not half.mid_stream, event.offset, max_len)
                 yield from self._chunk(half, sp, event)
             elif type(event) is StreamGap:
-                if sp is not None and sp.carry:
+                if sp is None:  # lost before any byte arrived: what follows starts mid-frame
+                    sp = half.state = _Splitter(False, event.offset + event.length, max_len)
+                if sp.carry:
                     stats.resync_skipped_bytes += len(sp.carry)
                     sp.carry = b""
-                if sp is not None and sp.synced and sp.skip_to is None:
+                if sp.synced and sp.skip_to is None:
                     frame_end = None
                     if sp.decoder.buffered >= 4:
                         frame_end = sp.offset + FRAME_PREFIX.unpack_from(sp.decoder._buffer, 0)[0] + 4
@@ -1077,7 +1079,7 @@ class FrameReader:
                         sp.skip_to = frame_end
                     else:
                         sp.synced = False
-                elif sp is not None and sp.skip_to is not None and event.offset + event.length > sp.skip_to:
+                elif sp.skip_to is not None and event.offset + event.length > sp.skip_to:
                     sp.skip_to = None
                     sp.synced = False
                 gap = Gap(event.ts, half.src, half.dst, half.conn_id, half.direction, event.offset,

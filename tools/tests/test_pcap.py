@@ -559,3 +559,15 @@ def test_mid_stream_resync_across_tiny_segments(tmp_path: Path, mss: int) -> Non
         17 + len(frames[1]),
         17 + len(frames[1]) + len(frames[2]),
     ]
+
+
+def test_first_data_segment_lost_then_resync(tmp_path: Path) -> None:
+    c = Tcp()
+    hello = c.handshake()
+    frames = [encode_frame(cmd(34, i, body=b"{}" * 50)) for i in range(3)]
+    segs = c.send("c", b"".join(frames), mss=60)
+    lost = segs.pop(0)
+    reader = read_frames(write(tmp_path / "x.pcap", [*hello, *segs, c.ack("s")]))
+    assert [f.raw for f in reader] == frames[1:]
+    assert [(g.offset, g.length) for g in reader.gaps] == [(0, len(lost[Raw].load))]
+    assert reader.stats.resync_skipped_bytes == len(frames[0]) - 60
