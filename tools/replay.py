@@ -311,7 +311,7 @@ def _guess_broker_name(server: str, broker_addrs: dict[str, str]) -> str | None:
 class Outcome:
     conn_id: int
     code: int
-    sent: float  # monotonic seconds
+    sent: float  # wall-clock seconds (comparable across processes when outcomes are merged)
     done: float | None = None
     response_code: int | None = None
     recorded_code: int | None = None
@@ -362,7 +362,7 @@ class ReplayConnection(asyncio.Protocol):
             if cmd.flag & RESPONSE_FLAG:
                 fut = self.pending.pop(cmd.opaque, None)
                 if fut is not None and not fut.done():
-                    fut.set_result((time.monotonic(), cmd))
+                    fut.set_result((time.time(), cmd))
             elif self.on_request is not None:
                 self.on_request(self, cmd)
 
@@ -671,7 +671,7 @@ class _Replay:
     ) -> None:
         rank = self._rank_of.get(id(req))
         long_poll = self._is_long_poll(req)
-        out = Outcome(pc.conn_id, req.code, time.monotonic(), recorded_code=req.resp_code, long_poll=long_poll,
+        out = Outcome(pc.conn_id, req.code, time.time(), recorded_code=req.resp_code, long_poll=long_poll,
                       kind=kind, topic=req.ext.get("b" if req.code in (310, 320, 325) else "topic"))  # fmt: skip
         self.outcomes.append(out)
         try:
@@ -679,7 +679,7 @@ class _Replay:
             raw = patch_opaque(raw, opaque)
             fut = conn.send(raw, opaque if req.expects_response else None)
             if fut is None:
-                out.done = time.monotonic()
+                out.done = time.time()
                 self.sched.complete(rank)
                 return
             timeout = self.opts.request_timeout
@@ -700,11 +700,11 @@ class _Replay:
                 )
         except TimeoutError:
             conn.pending.pop(opaque, None)
-            out.done = time.monotonic()
+            out.done = time.time()
             if req.resp_ts is not None:
                 out.error = "timeout"
         except (ConnectionError, OSError, CodecError) as exc:
-            out.done = time.monotonic()
+            out.done = time.time()
             out.error = f"{type(exc).__name__}: {exc}"
         finally:
             self.sched.complete(rank)
@@ -756,7 +756,7 @@ class _Replay:
             except Exception as exc:  # the connection cannot be used: account for the rest
                 for rest in pc.requests[i:]:
                     self.outcomes.append(
-                        Outcome(pc.conn_id, rest.code, time.monotonic(), time.monotonic(),
+                        Outcome(pc.conn_id, rest.code, time.time(), time.time(),
                                 recorded_code=rest.resp_code, error=f"{type(exc).__name__}: {exc}")
                     )  # fmt: skip
                     self.sched.complete(self._rank_of.get(id(rest)))
@@ -793,6 +793,14 @@ def _int(value: str | None) -> int | None:
         return None
 
 
+class ReplayResult(list):
+    """The outcomes of a replay, plus ``facts`` about it."""
+
+    def __init__(self, outcomes: Iterable[Outcome] = (), facts: dict | None = None) -> None:
+        super().__init__(outcomes)
+        self.facts = facts or {}
+
+
 async def replay_connections(
     conns: Sequence[PlannedConnection],
     target: str,
@@ -801,10 +809,12 @@ async def replay_connections(
     plan_start: float | None = None,
     brokers: dict[str, str] | None = None,
     progress: Callable[[int, int], None] | None = None,
-) -> tuple[list[Outcome], dict]:
-    """Replay ``conns`` against name server ``target``; returns the outcomes and replay facts.
+) -> ReplayResult:
+    """Replay ``conns`` against name server ``target``: one ``Outcome`` per request sent.
 
-    ``brokers`` ({name: address}) skips the discovery through the target's cluster info.
+    The result is a list with a ``facts`` dict (duration, target brokers, server-initiated
+    requests seen and answered, route waits). ``brokers`` ({name: address}) skips the discovery
+    through the target's cluster info. Safe to call on any subset of a plan's connections.
     """
     opts = options or ReplayOptions()
     if plan_start is None:
@@ -824,7 +834,7 @@ async def replay_connections(
         "unused_check_answers": len(replay.check_pool),
         "route_waits": replay.route_waits,
     }
-    return outcomes, facts
+    return ReplayResult(outcomes, facts)
 
 
 def _percentile(sorted_values: list[float], q: float) -> float:
@@ -913,9 +923,10 @@ async def replay_file(
 ) -> tuple[dict, list[Outcome]]:
     """load_plan + replay_connections + summarize, for the CLI and tests."""
     plan = load_plan(path)
-    outcomes, facts = await replay_connections(
+    outcomes = await replay_connections(
         plan.replayable, target, options, plan_start=plan.start, progress=progress
     )
+    facts = outcomes.facts
     facts["input"] = str(path)
     facts["skipped_connections"] = {
         str(c.conn_id): c.skipped for c in plan.connections if c.skipped is not None

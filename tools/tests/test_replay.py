@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import pickle
 from pathlib import Path
 
 import pytest
@@ -208,9 +209,12 @@ def test_subsets_replay_and_merge(recording: tuple[Path, dict]) -> None:
                 )
                 for part in parts
             ]
-            return [o for outcomes, _ in results for o in outcomes]
+            assert all("duration_s" in r.facts for r in results)
+            return [o for outcomes in results for o in outcomes]
 
-    merged = summarize(asyncio.run(main()))
+    outcomes = asyncio.run(main())
+    assert pickle.loads(pickle.dumps(outcomes)) == outcomes  # ships from executors as is
+    merged = summarize(outcomes)
     assert merged["requests"] == sum(len(c.requests) for c in plan.replayable) + 1  # + the check answer
     assert merged["mismatches"] == 0 and merged["errors"] == 0
 
