@@ -215,3 +215,45 @@ def test_cpp_client_killed_mid_stream_through_proxy(tmp_path: Path, rmqgate: Rmq
     closes = {r.conn_id for r in recs if r.kind == Kind.CONN_CLOSE}
     assert opens == closes and len(opens) == proxy.stats.connections
     assert len(frames) == proxy.stats.frames
+
+
+@pytest.mark.slow
+def test_ali_ons_through_proxy_then_replay(tmp_path: Path) -> None:
+    from rmqgate.compat_tests.drivers import run_node
+    from rmqgate.tools.replay import discover_brokers
+
+    home = tmp_path / "home"
+    home.mkdir()
+    capture = tmp_path / "ons.rmqcap"
+    topic, group = "ReplayOnsTopic", "ReplayOnsGroup"
+    first_dir = tmp_path / "a"
+    first_dir.mkdir()
+    first = Rmqgate(first_dir)
+    try:
+        first.wait_ready()
+
+        def session(addr: str) -> None:
+            # the proxy opens its broker listener when a cluster/route answer names the broker
+            broker = next(iter(asyncio.run(discover_brokers(addr)).values()))
+            sent = run_node("produce.js", {"namesrv": addr, "broker": broker, "topic": topic, "group": "PG_ons",
+                                           "create": True, "queues": 4, "count": 6}, home)  # fmt: skip
+            assert [r["sendStatus"] for r in sent["results"]] == ["SEND_OK"] * 6, sent
+            got = run_node("consume.js", {"namesrv": addr, "topic": topic, "group": group, "expect": 6,
+                                          "lingerMs": 1000, "timeoutMs": 60000}, home, timeout=90)  # fmt: skip
+            assert len(got["received"]) >= 6, got
+
+        asyncio.run(_record(first.namesrv, capture, session))
+    finally:
+        first.stop()
+    second_dir = tmp_path / "b"
+    second_dir.mkdir()
+    second = Rmqgate(second_dir)
+    try:
+        second.wait_ready()
+        report, _ = asyncio.run(replay_file(capture, second.namesrv, ReplayOptions(speed=1.0)))
+    finally:
+        second.stop()
+    assert report["errors"] == 0, report["error_kinds"]
+    assert report["mismatches"] == 0, report["mismatch_details"]
+    assert report["by_code"]["SEND_MESSAGE_V2"]["responses"] == {"SUCCESS": 6}
+    assert report["by_code"]["UPDATE_AND_CREATE_TOPIC"]["responses"] == {"SUCCESS": 1}
