@@ -22,6 +22,7 @@ from rmqgate.tools.capture import CaptureWriter, Direction, Kind, read_capture
 from rmqgate.tools.proxy import RecordingProxy
 from rmqgate.tools.replay import ReplayOptions, replay_file
 from rmqgate.wire.codes import RequestCode
+from rmqgate.wire.command import RemotingCommand
 from rmqgate.wire.frame import decode_frame
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -46,12 +47,11 @@ def _free_port() -> int:
 class Rmqgate:
     """``rmqgate serve --role all`` on free ports with a temporary store."""
 
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, ports: tuple[int, int] | None = None) -> None:
         self.workdir = workdir
-        self.namesrv_port = _free_port()
-        self.broker_port = _free_port()
+        self.namesrv_port, self.broker_port = ports or (_free_port(), _free_port())
         self.log = workdir / "rmqgate.log"
-        self._log = self.log.open("wb")
+        self._log = self.log.open("ab")
         exe = Path(sys.executable).with_name("rmqgate")
         self.proc = subprocess.Popen(
             [str(exe), "serve", "--role", "all", "--namesrv-port", str(self.namesrv_port),
@@ -257,3 +257,64 @@ def test_ali_ons_through_proxy_then_replay(tmp_path: Path) -> None:
     assert report["mismatches"] == 0, report["mismatch_details"]
     assert report["by_code"]["SEND_MESSAGE_V2"]["responses"] == {"SUCCESS": 6}
     assert report["by_code"]["UPDATE_AND_CREATE_TOPIC"]["responses"] == {"SUCCESS": 1}
+
+
+@pytest.mark.slow
+def test_rmqgate_restarted_under_the_proxy(tmp_path: Path) -> None:
+    """Upstream restart: live connections end, later ones work, every whole frame stays recorded."""
+    from rmqgate.server.client import RemotingClient
+    from rmqgate.tools.proxy import broker_addresses
+
+    capture = tmp_path / "restart.rmqcap"
+    server = Rmqgate(tmp_path)
+
+    async def session(proxy_addr: str, phase: int) -> list[int]:
+        ns = await RemotingClient.connect_addr(proxy_addr)
+        route = await ns.invoke(
+            RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "TBW102"})
+        )
+        broker = await RemotingClient.connect_addr(next(iter(broker_addresses(bytes(route.body)))))
+        codes = []
+        for i in range(20):
+            ext = {"a": "PG_restart", "b": "RestartTopic", "c": "TBW102", "d": "4", "e": "0", "f": "0",
+                   "g": "1", "h": "0", "i": f"UNIQ_KEY\x01R{phase}-{i}\x02"}  # fmt: skip
+            resp = await broker.invoke(RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, ext, b"x"))
+            codes.append(resp.code)
+        await broker.aclose()
+        await ns.aclose()
+        return codes
+
+    async def main() -> tuple[list[int], list[int], RecordingProxy]:
+        proxy = RecordingProxy(server.namesrv, CaptureWriter(capture, source="restart"))
+        await proxy.start()
+        before = await session(proxy.address, 1)
+        held = await RemotingClient.connect_addr(proxy.address)  # open across the restart
+        await asyncio.to_thread(server.stop)
+        for _ in range(50):
+            if held.closed:
+                break
+            await asyncio.sleep(0.1)
+        assert held.closed, "the proxy kept a client connection whose upstream went away"
+        restarted = Rmqgate(tmp_path, (server.namesrv_port, server.broker_port))
+        try:
+            await asyncio.to_thread(restarted.wait_ready)
+            after = await session(proxy.address, 2)
+        finally:
+            await asyncio.to_thread(restarted.stop)
+            await proxy.stop()
+            proxy.writer.close()
+        return before, after, proxy
+
+    try:
+        server.wait_ready()
+        before, after, proxy = asyncio.run(main())
+    finally:
+        server.stop()
+    assert before == after == [0] * 20
+    recs = list(read_capture(capture))
+    sends = [decode_frame(r.data) for r in recs if r.kind == Kind.FRAME and r.direction == Direction.C2S]
+    assert sum(1 for c in sends if c.code == RequestCode.SEND_MESSAGE_V2) == 40
+    frames = [r for r in recs if r.kind == Kind.FRAME]
+    assert len(frames) == proxy.stats.frames
+    opens = {r.conn_id for r in recs if r.kind == Kind.CONN_OPEN}
+    assert opens == {r.conn_id for r in recs if r.kind == Kind.CONN_CLOSE} and len(opens) == 5
