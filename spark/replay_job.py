@@ -1,7 +1,12 @@
 """spark-submit entry point of the load-replay job (same arguments as ``rmqgate spark-replay``).
 
     PYSPARK_PYTHON=.venv/bin/python .venv/bin/spark-submit --master local[2] \
+        --driver-java-options -Dlog4j2.configurationFile=file:spark/log4j2-quiet.properties \
         spark/replay_job.py CAPTURE.pcap --target 127.0.0.1:9876 --scale 4 --report out.json
+
+spark-submit starts the driver JVM before this file runs, so its log set-up is spark-submit's: the
+``--driver-java-options`` above makes it as quiet as ``rmqgate spark-replay`` (which sets it itself);
+without it Spark prints its start-up INFO lines, then the job switches to errors only.
 
 On a cluster, executors need rmqgate importable (install the wheel on the nodes or pass it with
 --py-files). ``--master`` given to spark-submit wins unless the job's own --master is given.
