@@ -1072,7 +1072,7 @@ class FrameReader:
                 if sp.synced and sp.skip_to is None:
                     frame_end = None
                     if sp.decoder.buffered >= 4:
-                        frame_end = sp.offset + FRAME_PREFIX.unpack_from(sp.decoder._buffer, 0)[0] + 4
+                        frame_end = sp.offset + FRAME_PREFIX.unpack_from(sp.decoder.pending(), 0)[0] + 4
                     yield from self._lose_buffer(half, sp, event.ts, f"{event.length} bytes not captured")
                     if frame_end is not None and event.offset + event.length <= frame_end:
                         # the hole lies inside a frame whose length we know: resume exactly after it
@@ -1097,7 +1097,7 @@ class FrameReader:
         decoder = sp.decoder
         if not decoder.buffered:
             return
-        data = bytes(decoder._buffer)
+        data = decoder.pending()
         expected = FRAME_PREFIX.unpack_from(data, 0)[0] + 4 if len(data) >= 4 else None
         record = Truncated(ts, half.src, half.dst, half.conn_id, half.direction, sp.offset, data, expected,
                            reason, _decode_head(data))  # fmt: skip
@@ -1154,7 +1154,7 @@ class FrameReader:
             sp.first_ts = ts
         if error is not None:
             # The envelope is unusable: report the rest of the stream position and resynchronise.
-            bad = bytes(decoder._buffer)
+            bad = decoder.pending()
             self.stats.frame_errors += 1
             frame = CapturedFrame(ts, half.src, half.dst, half.conn_id, half.direction, bad, None,
                                   f"{type(error).__name__}: {error}", first_ts, sp.offset)  # fmt: skip

@@ -84,6 +84,10 @@ class FrameDecoder:
         """Bytes received that do not yet form a complete frame."""
         return len(self._buffer)
 
+    def pending(self) -> bytes:
+        """A copy of the bytes received that do not yet form a complete frame."""
+        return bytes(self._buffer)
+
     def feed(self, data: bytes | bytearray | memoryview) -> list[RemotingCommand]:
         """Append ``data`` and return every command completed by it.
 
@@ -109,7 +113,7 @@ class FrameDecoder:
                 if frame_end > body_start:
                     cmd.body = bytes(buf[body_start:frame_end])
                 out.append(cmd)
-        except HeaderError as exc:
+        except (HeaderError, FrameError) as exc:
             exc.decoded = out  # type: ignore[attr-defined]
             raise
         finally:
