@@ -34,13 +34,19 @@ def body_for(seq: int) -> bytes:
     return b"%d:" % seq + rnd.randbytes(rnd.randint(20, 3000))
 
 
-def message_for(seq: int) -> MessageExt:
+BATCH = 3  # every 4th append is a batch of this many messages (seq, seq+1, seq+2) to one queue
+
+
+def message_for(seq: int, batch_of: int | None = None) -> MessageExt:
+    props = {"SEQ": str(seq), "KEYS": f"seq-{seq}", "TAGS": f"t{seq % 3}"}
+    if batch_of is not None:
+        props["BATCH"] = str(batch_of)
     return MessageExt(
         TOPIC,
         body=body_for(seq),
-        queue_id=seq % QUEUES,
+        queue_id=(seq if batch_of is None else batch_of) % QUEUES,
         born_timestamp=int(time.time() * 1000),
-        properties={"SEQ": str(seq), "KEYS": f"seq-{seq}", "TAGS": f"t{seq % 3}"},
+        properties=props,
     )
 
 
@@ -55,12 +61,17 @@ async def main(root: str, start: int) -> None:
         while True:
             async with lock:
                 seq = next_seq
-                next_seq += 1
-            res = store.put_message(message_for(seq))
+                n = BATCH if seq % 4 == 0 else 1
+                next_seq += n
+            if n == 1:
+                res = store.put_message(message_for(seq))
+            else:
+                res = store.put_messages([message_for(seq + i, batch_of=seq) for i in range(n)])
             assert res.durable is not None
             status = await asyncio.wrap_future(res.durable)
             if status.name == "PUT_OK":
-                os.write(out, b"%d\n" % seq)  # one write < PIPE_BUF: a line is never torn
+                # one write < PIPE_BUF: a line is never torn
+                os.write(out, b"".join(b"%d\n" % (seq + i) for i in range(n)))
 
     os.write(out, b"ready\n")
     await asyncio.gather(*(worker() for _ in range(8)))

@@ -19,7 +19,7 @@ from rmqgate.wire.message import MessageExt, decode_message, iter_commitlog
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from crash_writer import QUEUES, TOPIC, body_for, crash_config  # noqa: E402
+from crash_writer import BATCH, QUEUES, TOPIC, body_for, crash_config  # noqa: E402
 
 
 def small(root: Path) -> StoreConfig:
@@ -134,6 +134,12 @@ def verify_store(root: Path, acked: set[int]) -> int:
                 per_queue[m.queue_id].append((m.queue_offset, m.commit_log_offset, m.store_size))
                 seqs.append(seq)
         assert len(seqs) == len(set(seqs))
+        batches: dict[str, int] = {}
+        for f in s.commitlog.queue.files:
+            for m in iter_commitlog(f.buf[: f.wrote_position], with_body=False):
+                if "BATCH" in m.properties:
+                    batches[m.properties["BATCH"]] = batches.get(m.properties["BATCH"], 0) + 1
+        assert all(n == BATCH for n in batches.values()), batches  # a batch is all there or not at all
         missing = acked - set(seqs)
         assert not missing, f"acknowledged but lost: {sorted(missing)[:10]}"
         # the ConsumeQueue of each queue lists exactly those records, in order
