@@ -65,6 +65,7 @@ class StoreConfig:
     max_transfer_count_on_message_in_disk: int = 8
     access_message_in_memory_max_ratio: int = 40
     default_query_max_num: int = 32
+    max_msgs_num_batch: int = 64  # cap on query_message results
     message_delay_level: str = DEFAULT_DELAY_LEVELS
     store_host: str = "127.0.0.1"  # written into each record (STOREHOST); IPv6 sets STOREHOST_V6
     store_port: int = 10911

@@ -939,6 +939,7 @@ class DefaultMessageStore:
     def query_message(
         self, topic: str, key: str, max_num: int, begin_timestamp: int = 0, end_timestamp: int = 1 << 62
     ) -> QueryResult:
+        max_num = min(max_num, self.config.max_msgs_num_batch)
         phys, last_ts, last_phy = self.index.query_offset(topic, key, max_num, begin_timestamp, end_timestamp)
         result = QueryResult(index_last_update_timestamp=last_ts, index_last_update_phyoffset=last_phy)
         for p in phys:
