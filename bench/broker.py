@@ -5,7 +5,7 @@ the same run: a bare asyncio server (same process model, same frame decoder) tha
 with a send-shaped response without storing anything. Also sends/s with flushDiskType=SYNC_FLUSH.
 The server runs in its own process (``rmqgate serve``), the load generator here.
 
-Run: ``.venv/bin/python bench/broker.py [--connections 16] [--seconds 8] [--size 1024]``
+Run: ``.venv/bin/python bench/broker.py [--connections 16] [--seconds 8] [--size 1024] [--rounds 2]``
 """
 
 from __future__ import annotations
@@ -210,48 +210,51 @@ def main() -> None:
     ap.add_argument("--connections", type=int, default=16)
     ap.add_argument("--seconds", type=float, default=8.0)
     ap.add_argument("--size", type=int, default=1024)
+    ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--floor-server", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.floor_server:
         run_floor_server()
         return
     rows = []
-
-    floor = Server([sys.executable, __file__, "--floor-server"])
-    try:
-        n, lat = asyncio.run(send_phase(floor.port, args.connections, args.seconds, args.size, "BenchFloor"))
-        floor_rate = n / args.seconds
-        rows.append(
-            (
-                "floor (bare asyncio, no store)",
-                floor_rate,
-                pct(lat, 0.5),
-                pct(lat, 0.99),
-                None,
-                floor.rss_mib(),
+    floor_rates: list[float] = []
+    async_rates: list[float] = []
+    results: dict[str, tuple[float, list[float], float, float]] = {}
+    # Alternate floor and rmqgate runs and keep the best of each: on a shared 2-core machine, other
+    # load skews single runs; alternating exposes both to the same conditions.
+    for _ in range(args.rounds):
+        floor = Server([sys.executable, __file__, "--floor-server"])
+        try:
+            n, lat = asyncio.run(
+                send_phase(floor.port, args.connections, args.seconds, args.size, "BenchFloor")
             )
-        )
-    finally:
-        floor.stop()
-
-    results = {}
-    for flush in ("ASYNC_FLUSH", "SYNC_FLUSH"):
-        with tempfile.TemporaryDirectory(prefix="rmqgate-bench-") as tmp:
-            srv = rmqgate_server(tmp, flush)
-            try:
-                n, lat = asyncio.run(
-                    send_phase(srv.port, args.connections, args.seconds, args.size, "BenchT")
-                )
-                rate = n / args.seconds
-                pulled, elapsed = asyncio.run(
-                    pull_phase(srv.port, args.connections, "BenchT", "bench_consumer")
-                )
-                results[flush] = rate
-                rows.append(
-                    (f"rmqgate {flush}", rate, pct(lat, 0.5), pct(lat, 0.99), pulled / elapsed, srv.rss_mib())
-                )
-            finally:
-                srv.stop()
+            floor_rates.append(n / args.seconds)
+            if n / args.seconds >= max(floor_rates):
+                results["floor"] = (n / args.seconds, lat, float("nan"), floor.rss_mib())
+        finally:
+            floor.stop()
+        for flush in ("ASYNC_FLUSH", "SYNC_FLUSH") if not results.get("SYNC_FLUSH") else ("ASYNC_FLUSH",):
+            with tempfile.TemporaryDirectory(prefix="rmqgate-bench-") as tmp:
+                srv = rmqgate_server(tmp, flush)
+                try:
+                    n, lat = asyncio.run(
+                        send_phase(srv.port, args.connections, args.seconds, args.size, "BenchT")
+                    )
+                    pulled, elapsed = asyncio.run(
+                        pull_phase(srv.port, args.connections, "BenchT", "bench_consumer")
+                    )
+                    rate = n / args.seconds
+                    if flush == "ASYNC_FLUSH":
+                        async_rates.append(rate)
+                    if flush not in results or rate > results[flush][0]:
+                        results[flush] = (rate, lat, pulled / elapsed, srv.rss_mib())
+                finally:
+                    srv.stop()
+    floor_rate = results["floor"][0]
+    for name, key in (("floor (bare asyncio, no store)", "floor"), ("rmqgate ASYNC_FLUSH", "ASYNC_FLUSH"),
+                      ("rmqgate SYNC_FLUSH", "SYNC_FLUSH")):  # fmt: skip
+        rate, lat, pull_rate, rss = results[key]
+        rows.append((name, rate, pct(lat, 0.5), pct(lat, 0.99), None if key == "floor" else pull_rate, rss))
 
     print(f"\nbroker bench: {args.connections} connections, sync {args.size} B SEND_MESSAGE_V2 for {args.seconds:.0f} s each, "
           f"then 32-message pulls of everything sent (4 queues)\n")  # fmt: skip
@@ -259,9 +262,11 @@ def main() -> None:
     for name, rate, p50, p99, pull_rate, rss in rows:
         pull_s = f"{pull_rate:11.0f}" if pull_rate is not None else f"{'-':>11}"
         print(f"{name:34} {rate:10.0f} {p50:8.2f} {p99:8.2f} {pull_s} {rss:8.1f}")
-    ratio = results["ASYNC_FLUSH"] / floor_rate
-    print(f"\nASYNC_FLUSH sends/s = {ratio:.0%} of the floor (target >= {TARGET_RATIO:.0%}); "
-          f"SYNC_FLUSH = {results['SYNC_FLUSH'] / floor_rate:.0%}")  # fmt: skip
+    ratio = results["ASYNC_FLUSH"][0] / floor_rate
+    print(f"\nbest of {args.rounds} alternating rounds; all floor runs {[round(r) for r in floor_rates]}, "
+          f"all ASYNC_FLUSH runs {[round(r) for r in async_rates]}")  # fmt: skip
+    print(f"ASYNC_FLUSH sends/s = {ratio:.0%} of the floor (target >= {TARGET_RATIO:.0%}); "
+          f"SYNC_FLUSH = {results['SYNC_FLUSH'][0] / floor_rate:.0%}")  # fmt: skip
 
 
 if __name__ == "__main__":
