@@ -318,6 +318,7 @@ class DefaultMessageStore:
             store._load_and_recover()
         except BaseException:
             store._close_files()
+            os.close(store._lock_fd)
             raise
         store.abort_file.touch()
         _fsync_dir(store.root)
@@ -437,8 +438,9 @@ class DefaultMessageStore:
                     return f.file_from_offset + pos
                 pos += total
             else:
-                return f.file_from_offset + pos
-            end = f.file_from_offset + pos  # blank: the file is complete, continue with the next
+                if pos != limit:
+                    return f.file_from_offset + pos
+            end = f.file_from_offset + pos  # blank (or exactly full): continue with the next file
             if i + 1 < len(files) and files[i + 1].file_from_offset != f.end_offset:
                 return end
         return end
@@ -477,7 +479,13 @@ class DefaultMessageStore:
             if magic == BLANK_MAGIC:
                 pos = f.end_offset
                 continue
-            msg = decode_message(f.buf, rel, with_body=False)
+            try:
+                msg = decode_message(f.buf, rel, with_body=False)
+            except MessageFormatError:  # cannot happen below a validated end; don't loop on it
+                import logging
+
+                logging.getLogger(__name__).error("reput stopped at undecodable record @%d", pos)
+                break
             props = msg.properties
             self._dispatch(
                 msg.topic,
