@@ -132,6 +132,15 @@ class BrokerController:
                     RemotingCommand.request(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, {"consumerGroup": group})
                 )
 
+    def check_transaction_state(self, producer_group: str, ext: dict[str, str], body: bytes) -> bool:
+        """Send CHECK_TRANSACTION_STATE (oneway, its own opaque) to a live producer of the group
+        (issue 5's transaction check service uses this). False when no producer is connected."""
+        channel = self.producers.any_channel(producer_group)
+        if channel is None:
+            return False
+        channel.send_oneway(RemotingCommand.request(RequestCode.CHECK_TRANSACTION_STATE, ext, body))
+        return True
+
     async def _scan_loop(self) -> None:
         timeout = self.config.channelExpiredTimeout / 1000.0
         while True:

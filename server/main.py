@@ -26,15 +26,25 @@ log = logging.getLogger("rmqgate.server.main")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--store", metavar="DIR", help="store root (storePathRootDir); default ~/.rmqgate/store")
-    parser.add_argument("--namesrv-port", type=int, default=None, help="name server port (default 9876; 0 = any)")
-    parser.add_argument("--broker-port", type=int, default=None, help="broker port (listenPort, default 10911; 0 = any)")
+    parser.add_argument(
+        "--store", metavar="DIR", help="store root (storePathRootDir); default ~/.rmqgate/store"
+    )
+    parser.add_argument(
+        "--namesrv-port", type=int, default=None, help="name server port (default 9876; 0 = any)"
+    )
+    parser.add_argument(
+        "--broker-port", type=int, default=None, help="broker port (listenPort, default 10911; 0 = any)"
+    )
     parser.add_argument("--role", choices=("all", "namesrv", "broker"), default="all")
     parser.add_argument(
-        "--namesrv-addr", metavar="HOST:PORT[;HOST:PORT]", help="name servers the broker registers with (namesrvAddr)"
+        "--namesrv-addr",
+        metavar="HOST:PORT[;HOST:PORT]",
+        help="name servers the broker registers with (namesrvAddr)",
     )
     parser.add_argument("--conf", metavar="broker.conf", help="RocketMQ broker properties file")
-    parser.add_argument("--listen", metavar="HOST", default="0.0.0.0", help="address to listen on (default 0.0.0.0)")
+    parser.add_argument(
+        "--listen", metavar="HOST", default="0.0.0.0", help="address to listen on (default 0.0.0.0)"
+    )
     parser.add_argument("--idle-timeout", type=float, default=120.0, help="close idle connections after N s")
     parser.add_argument("--log-level", default=os.environ.get("RMQGATE_LOG_LEVEL", "INFO"))
 

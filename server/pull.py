@@ -29,6 +29,10 @@ FAQ = "\nSee http://rocketmq.apache.org/docs/faq/ for further details."
 FLAG_COMMIT_OFFSET, FLAG_SUSPEND, FLAG_SUBSCRIPTION, FLAG_CLASS_FILTER, FLAG_LITE_PULL = 1, 2, 4, 8, 16
 
 G = GetMessageStatus
+#: Parked pulls one connection may hold (a push consumer parks one per assigned queue); beyond it a
+#: pull is answered at once (19) instead of parking, so a client cannot make the broker hold
+#: unbounded state.
+MAX_HELD_PULLS_PER_CHANNEL = 4096
 _from_ext = PullMessageRequestHeader.from_ext
 
 
@@ -97,6 +101,7 @@ class PullRequestHoldService:
     def suspend(self, channel: Channel, request: RemotingCommand, key: tuple[str, int], offset: int,
                 codes: set[int] | None, timeout: float) -> None:  # fmt: skip
         held = _HeldPull(channel, request, offset, codes)
+        channel.attrs["held_pulls"] = channel.attrs.get("held_pulls", 0) + 1
         self.held.setdefault(key, []).append(held)
         loop = self.loop or asyncio.get_event_loop()
         held.timer = loop.call_later(max(0.0, timeout), self._expire, key, held)
@@ -116,6 +121,7 @@ class PullRequestHoldService:
         if held.done:
             return
         held.done = True
+        held.channel.attrs["held_pulls"] -= 1
         if held.timer is not None:
             held.timer.cancel()
         if held.channel.closed:
@@ -263,7 +269,12 @@ class PullMessageProcessor(RequestProcessor):
             topic, queue_id, offset, h.max_msg_nums, max_bytes=h.max_msg_bytes, tags_filter=codes
         )
         code = status_code(res.status, offset)
-        if code == ResponseCode.PULL_NOT_FOUND and allow_suspend and flags & FLAG_SUSPEND:
+        if (
+            code == ResponseCode.PULL_NOT_FOUND
+            and allow_suspend
+            and flags & FLAG_SUSPEND
+            and channel.attrs.get("held_pulls", 0) < MAX_HELD_PULLS_PER_CHANNEL
+        ):
             timeout = h.suspend_timeout_millis if config.longPollingEnable else config.shortPollingTimeMills
             self.hold.suspend(channel, request, (topic, queue_id), offset, codes, timeout / 1000.0)
             response = None

@@ -529,3 +529,31 @@ async def test_periodic_hold_check_wakes_unmatched_pull(Broker) -> None:
         assert time.monotonic() - t0 < 2.0
         assert resp.code == ResponseCode.PULL_RETRY_IMMEDIATELY and resp.ext_fields["nextBeginOffset"] == "2"
         await c.aclose()
+
+
+@async_test
+async def test_check_transaction_state_goes_to_a_producer(Broker) -> None:
+    async with Broker() as b:
+        got: list[RemotingCommand] = []
+
+        async def on_request(cmd: RemotingCommand) -> None:
+            got.append(cmd)
+
+        c = await b.client(on_request=on_request)
+        assert (await c.invoke(heartbeat("cid-p", "G", "TX"))).code == 0  # also registers producer group PG
+        assert not b.broker.check_transaction_state("nobody", {}, b"")
+        ext = {"tranStateTableOffset": "1", "commitLogOffset": "2", "msgId": "U", "transactionId": "U"}
+        assert b.broker.check_transaction_state("PG", ext, b"half")
+        for _ in range(50):
+            if got:
+                break
+            await asyncio.sleep(0.02)
+        (cmd,) = got
+        assert (
+            cmd.code == R.CHECK_TRANSACTION_STATE
+            and cmd.is_oneway
+            and cmd.ext_fields == ext
+            and cmd.body == b"half"
+        )
+        assert cmd.opaque > 0
+        await c.aclose()
