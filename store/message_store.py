@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import fcntl
 import ipaddress
+import logging
 import os
 import shutil
 import socket
@@ -73,6 +74,7 @@ _TX_ROLLBACK = MessageSysFlag.TRANSACTION_ROLLBACK
 _unpack_prefix = RECORD_PREFIX.unpack_from
 _TS = struct.Struct(">q")  # STORETIMESTAMP, read at store_timestamp_pos(sysFlag)
 _CLEAN_FORCIBLY_RATIO = 85
+_log = logging.getLogger(__name__)
 
 
 def _now_ms() -> int:
@@ -265,9 +267,7 @@ class _ServiceThread(threading.Thread):
                     next_clean = now + cfg.clean_resource_interval / 1000
                     self.store.clean_expired_files()
             except Exception:  # keep the service alive; the next round retries
-                import logging
-
-                logging.getLogger(__name__).exception("store service round failed")
+                _log.exception("store service round failed")
 
 
 class DefaultMessageStore:
@@ -482,9 +482,7 @@ class DefaultMessageStore:
             try:
                 msg = decode_message(f.buf, rel, with_body=False)
             except MessageFormatError:  # cannot happen below a validated end; don't loop on it
-                import logging
-
-                logging.getLogger(__name__).error("reput stopped at undecodable record @%d", pos)
+                _log.error("reput stopped at undecodable record @%d", pos)
                 break
             props = msg.properties
             self._dispatch(
@@ -608,9 +606,7 @@ class DefaultMessageStore:
     def _dispatch_failed(self) -> PutResult:
         # the record is in the CommitLog; a restart re-dispatches it. Until then refuse writes so
         # queue offsets and ConsumeQueues cannot drift apart.
-        import logging
-
-        logging.getLogger(__name__).exception("dispatch to ConsumeQueue/index failed; store is read-only")
+        _log.exception("dispatch to ConsumeQueue/index failed; store is read-only")
         self._logics_error = True
         return PutResult(PutMessageStatus.UNKNOWN_ERROR)
 
