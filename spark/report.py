@@ -20,122 +20,141 @@ from rmqgate.wire.codes import request_name, response_name
 PERCENTILES = (0.5, 0.9, 0.99)
 
 
-def _lat(p: list[float] | None, mx: float | None) -> dict[str, float | None]:
-    vals = list(p) if p else [None, None, None]
-    out = {
-        f"p{round(q * 100)}": (round(v, 3) if v is not None else None)
-        for q, v in zip(PERCENTILES, vals, strict=True)
-    }
-    out["max"] = round(mx, 3) if mx is not None else None
+def _lat(p: list[float] | None, mx: float | None, n: int = 0, mean: float | None = None) -> dict[str, float]:
+    vals = list(p) if p else [0.0, 0.0, 0.0]
+    out: dict[str, float] = {"count": n}
+    out.update({f"p{round(q * 100)}": round(v or 0.0, 3) for q, v in zip(PERCENTILES, vals, strict=True)})
+    out["max"] = round(mx or 0.0, 3)
+    out["mean"] = round(mean or 0.0, 3)
     return out
 
 
 def aggregate(outcomes: Any) -> dict[str, Any]:
-    """Aggregate an outcomes DataFrame (executor.OUTCOME_COLUMNS) into the report dict."""
+    """Aggregate an outcomes DataFrame (executor.OUTCOME_COLUMNS) into the report dict.
+
+    Keys as ``rmqgate replay``'s summarize(): by_code is keyed by request name and counts response
+    codes by name (``responses`` replayed, ``recorded`` in the capture). Five Spark queries.
+    """
     from pyspark.sql import functions as F
 
     df = outcomes
     ok = F.col("status") == "ok"
-    is_error = F.col("status").isin(*ERROR_STATUSES)
-    pct = F.percentile(F.col("latency_ms"), F.array(*[F.lit(q) for q in PERCENTILES]))
-    totals = df.agg(
-        F.count(F.lit(1)).alias("requests"),
-        F.sum(ok.cast("int")).alias("responses"),
-        F.sum(is_error.cast("int")).alias("errors"),
-        F.sum(F.col("mismatch").cast("int")).alias("mismatches"),
-        F.sum((F.col("status") == "oneway").cast("int")).alias("oneway"),
-        F.sum((F.col("status") == "unanswered").cast("int")).alias("unanswered"),
-        F.min("sent_s").alias("first_s"),
-        F.max(F.when(ok, F.col("sent_s") + F.col("latency_ms") / 1000.0).otherwise(F.col("sent_s"))).alias(
-            "last_s"
-        ),
-        F.countDistinct("conn", "clone").alias("connections"),
-        F.countDistinct("task").alias("tasks"),
-        F.sum(F.when(ok & (F.col("resp_code") == 0), F.col("messages")).otherwise(0)).alias(
-            "messages_stored"
-        ),
-        F.sum("req_bytes").alias("bytes_out"),
-        F.sum("resp_bytes").alias("bytes_in"),
-    ).first()
-    lat = df.where(ok).agg(pct.alias("p"), F.max("latency_ms").alias("mx")).first()
-    requests = int(totals["requests"] or 0)
-    first_s = totals["first_s"] or 0.0
-    duration = max(0.0, (totals["last_s"] or 0.0) - first_s)
-    report: dict[str, Any] = {
-        "requests": requests,
-        "responses": int(totals["responses"] or 0),
-        "errors": int(totals["errors"] or 0),
-        "mismatches": int(totals["mismatches"] or 0),
-        "oneway": int(totals["oneway"] or 0),
-        "unanswered": int(totals["unanswered"] or 0),
-        "connections": int(totals["connections"] or 0),
-        "tasks": int(totals["tasks"] or 0),
-        "messages_stored": int(totals["messages_stored"] or 0),
-        "bytes_out": int(totals["bytes_out"] or 0),
-        "bytes_in": int(totals["bytes_in"] or 0),
-        "duration_s": round(duration, 3),
-        "requests_per_s": round(requests / duration, 1) if duration > 0 else None,
-        "latency_ms": _lat(lat["p"], lat["mx"]),
-    }
+    end_s = F.when(ok, F.col("sent_s") + F.col("latency_ms") / 1000.0).otherwise(F.col("sent_s"))
+    qs = F.array(*[F.lit(q) for q in PERCENTILES])
 
-    by_code: dict[str, dict[str, Any]] = {}
-    for r in (
-        df.groupBy("code")
+    # 1. a small table: everything countable
+    cells = (
+        df.groupBy("code", "status", "resp_code", "expected", "mismatch")
         .agg(
             F.count(F.lit(1)).alias("n"),
-            F.sum(F.col("mismatch").cast("int")).alias("mm"),
-            F.sum(is_error.cast("int")).alias("err"),
-            F.max(F.when(ok, F.col("latency_ms"))).alias("mx"),
-            F.percentile(F.when(ok, F.col("latency_ms")), F.array(*[F.lit(q) for q in PERCENTILES])).alias(
-                "p"
-            ),
+            F.sum("messages").alias("messages"),
+            F.sum("req_bytes").alias("bytes_out"),
+            F.sum("resp_bytes").alias("bytes_in"),
         )
         .collect()
-    ):
-        by_code[str(r["code"])] = {
-            "name": request_name(r["code"]),
-            "count": int(r["n"]),
-            "responses": {},
-            "errors": int(r["err"] or 0),
-            "mismatches": int(r["mm"] or 0),
-            "latency_ms": _lat(r["p"] if r["mx"] is not None else None, r["mx"]),
-        }
-    for r in df.where(F.col("resp_code") >= 0).groupBy("code", "resp_code").count().collect():
-        by_code[str(r["code"])]["responses"][str(r["resp_code"])] = int(r["count"])
-    report["by_code"] = dict(sorted(by_code.items(), key=lambda kv: int(kv[0])))
-
-    report["status"] = {r["status"]: int(r["count"]) for r in df.groupBy("status").count().collect()}
-    mism = (
-        df.where(F.col("mismatch"))
-        .groupBy("code", "expected", "resp_code")
-        .count()
-        .orderBy(F.desc("count"))
-        .limit(20)
+    )
+    # 2. latency overall (code null) and by code, and the time span, in one rollup
+    lat_rows = (
+        df.rollup("code")
+        .agg(
+            F.percentile(F.when(ok, F.col("latency_ms")), qs).alias("p"),
+            F.max(F.when(ok, F.col("latency_ms"))).alias("mx"),
+            F.avg(F.when(ok, F.col("latency_ms"))).alias("mean"),
+            F.sum(ok.cast("int")).alias("n"),
+            F.min("sent_s").alias("first_s"),
+            F.max(end_s).alias("last_s"),
+            F.countDistinct("conn", "clone").alias("connections"),
+            F.countDistinct("task").alias("tasks"),
+        )
         .collect()
     )
-    report["mismatch_detail"] = [
-        {
-            "code": request_name(r["code"]),
-            "recorded": response_name(r["expected"]),
-            "replayed": response_name(r["resp_code"]),
-            "count": int(r["count"]),
+    overall = next(r for r in lat_rows if r["code"] is None)
+    first_s = overall["first_s"] or 0.0
+    duration = max(0.0, (overall["last_s"] or 0.0) - first_s)
+
+    requests = responses = errors = mismatches = 0
+    status: dict[str, int] = {}
+    by_code: dict[str, dict[str, Any]] = {}
+    stored = bytes_out = bytes_in = 0
+    mismatch_details: dict[tuple[str, str, str], int] = {}
+    for c in cells:
+        n = int(c["n"])
+        name = request_name(c["code"])
+        e = by_code.setdefault(
+            name,
+            {
+                "code": int(c["code"]),
+                "count": 0,
+                "responses": {},
+                "recorded": {},
+                "mismatches": 0,
+                "errors": 0,
+            },
+        )
+        e["count"] += n
+        requests += n
+        status[c["status"]] = status.get(c["status"], 0) + n
+        bytes_out += int(c["bytes_out"] or 0)
+        bytes_in += int(c["bytes_in"] or 0)
+        if c["expected"] >= 0:
+            rec = response_name(c["expected"])
+            e["recorded"][rec] = e["recorded"].get(rec, 0) + n
+        if c["resp_code"] >= 0:
+            got = response_name(c["resp_code"])
+            e["responses"][got] = e["responses"].get(got, 0) + n
+        if c["status"] == "ok":
+            responses += n
+            if c["resp_code"] == 0:
+                stored += int(c["messages"] or 0)
+        if c["status"] in ERROR_STATUSES:
+            errors += n
+            e["errors"] += n
+        if c["mismatch"]:
+            mismatches += n
+            e["mismatches"] += n
+            key = (name, response_name(c["expected"]), response_name(c["resp_code"]))
+            mismatch_details[key] = mismatch_details.get(key, 0) + n
+    for r in lat_rows:
+        if r["code"] is not None:
+            by_code[request_name(r["code"])]["latency_ms"] = _lat(
+                r["p"], r["mx"], int(r["n"] or 0), r["mean"]
+            )
+
+    report: dict[str, Any] = {
+        "requests": requests,
+        "responses": responses,
+        "errors": errors,
+        "error_kinds": {},
+        "mismatches": mismatches,
+        "mismatch_details": [
+            {"request": k[0], "recorded": k[1], "got": k[2], "count": v}
+            for k, v in sorted(mismatch_details.items(), key=lambda kv: -kv[1])
+        ],
+        "by_code": dict(sorted(by_code.items(), key=lambda kv: -kv[1]["count"])),
+        "latency_ms": _lat(overall["p"], overall["mx"], int(overall["n"] or 0), overall["mean"]),
+        "duration_s": round(duration, 3),
+        "requests_per_s": round(requests / duration, 1) if duration > 0 else 0.0,
+        "status": status,
+        "oneway": status.get("oneway", 0),
+        "unanswered": status.get("unanswered", 0),
+        "connections": int(overall["connections"] or 0),
+        "tasks": int(overall["tasks"] or 0),
+        "messages_stored": stored,
+        "bytes_out": bytes_out,
+        "bytes_in": bytes_in,
+    }
+    # 3. what went wrong, most frequent first
+    if errors:
+        report["error_kinds"] = {
+            f"{r['status']}: {r['error']}": int(r["count"])
+            for r in df.where(F.col("status").isin(*ERROR_STATUSES))
+            .groupBy("status", "error")
+            .count()
+            .orderBy(F.desc("count"))
+            .limit(20)
+            .collect()
         }
-        for r in mism
-    ]
-    report["error_samples"] = [
-        {
-            "status": r["status"],
-            "code": request_name(r["code"]),
-            "error": r["error"],
-            "count": int(r["count"]),
-        }
-        for r in df.where(is_error)
-        .groupBy("status", "code", "error")
-        .count()
-        .orderBy(F.desc("count"))
-        .limit(10)
-        .collect()
-    ]
+    # 4. throughput over time (requests sent per second of the replay)
     report["throughput"] = [
         {"t": int(r["t"]), "requests": int(r["count"])}
         for r in df.groupBy(F.floor(F.col("sent_s") - F.lit(first_s)).alias("t"))
@@ -143,15 +162,14 @@ def aggregate(outcomes: Any) -> dict[str, Any]:
         .orderBy("t")
         .collect()
     ]
+    # 5. per Spark task
     tasks = []
     for r in (
         df.groupBy("task")
         .agg(
             F.count(F.lit(1)).alias("n"),
             F.min("sent_s").alias("a"),
-            F.max(
-                F.when(ok, F.col("sent_s") + F.col("latency_ms") / 1000.0).otherwise(F.col("sent_s"))
-            ).alias("b"),
+            F.max(end_s).alias("b"),
             F.countDistinct("conn", "clone").alias("c"),
         )
         .orderBy("task")
@@ -189,9 +207,9 @@ def render_png(report: dict[str, Any], path: str | Path | None = None) -> bytes:
     axes[0].set(title="Requests sent per second", xlabel="seconds from start", ylabel="requests/s")
     axes[0].grid(alpha=0.3)
     codes = [
-        (v["name"], v["latency_ms"])
-        for v in report.get("by_code", {}).values()
-        if v["latency_ms"]["p50"] is not None
+        (k, v["latency_ms"])
+        for k, v in report.get("by_code", {}).items()
+        if v.get("latency_ms", {}).get("count")
     ]
     names = [c[0] for c in codes]
     x = range(len(codes))
@@ -238,13 +256,14 @@ def render_html(report: dict[str, Any], png: bytes) -> str:
     codes = [
         row(
             [
-                f"{v['name']} ({k})",
+                f"{k} ({v['code']})",
                 v["count"],
                 json.dumps(v["responses"]),
+                json.dumps(v["recorded"]),
                 v["errors"],
                 v["mismatches"],
-                v["latency_ms"]["p50"],
-                v["latency_ms"]["p99"],
+                v.get("latency_ms", {}).get("p50"),
+                v.get("latency_ms", {}).get("p99"),
             ]
         )
         for k, v in report.get("by_code", {}).items()
@@ -257,7 +276,7 @@ def render_html(report: dict[str, Any], png: bytes) -> str:
         "<h1>rmqgate spark-replay</h1><table>"
         + "".join(row([k, v]) for k, v in summary)
         + "</table><h2>By request code</h2><table>"
-        + row(["request", "count", "response codes", "errors", "mismatches", "p50 ms", "p99 ms"], "th")
+        + row(["request", "count", "responses", "recorded", "errors", "mismatches", "p50 ms", "p99 ms"], "th")
         + "".join(codes)
         + f"</table><img alt='plots' src='data:image/png;base64,{img}'></body></html>"
     )
