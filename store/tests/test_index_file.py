@@ -1,0 +1,43 @@
+"""IndexFile/IndexService details: key hashing as RocketMQ's indexKeyHashMethod, chains, capacity."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from rmqgate.store.index_file import IndexService
+from rmqgate.wire.message import java_string_hash
+
+
+@given(st.text(min_size=1, max_size=40), st.text(max_size=80))
+def test_topic_key_hash_equals_hash_of_joined_key(topic: str, key: str) -> None:
+    svc = IndexService(Path("/nonexistent"), 7, 7, java_string_hash)
+    assert svc.topic_key_hash(topic, key) == svc.key_hash(f"{topic}#{key}")
+
+
+def test_key_hash_is_abs_of_java_hash_with_min_value_zero() -> None:
+    svc = IndexService(Path("/nonexistent"), 7, 7, lambda s: {"a": -5, "b": -0x80000000}.get(s, 9))
+    assert (svc.key_hash("a"), svc.key_hash("b"), svc.key_hash("c")) == (5, 0, 9)
+
+
+def test_chains_collisions_and_rollover(tmp_path: Path) -> None:
+    svc = IndexService(tmp_path, 3, 10, java_string_hash)  # 3 slots: every chain collides
+    for i in range(25):
+        svc.build_index("T", f"k{i % 5} all", None, 1000 + i, 1_700_000_000_000 + i * 1000)
+    assert len(svc.files) == 6  # 50 entries, 9 per file (index numbers start at 1)
+    offsets, last_ts, last_phy = svc.query_offset("T", "k2", 64, 0, 1 << 62)
+    assert sorted(offsets) == [1002, 1007, 1012, 1017, 1022]
+    assert (last_ts, last_phy) == (1_700_000_000_000 + 24_000, 1024)
+    assert len(svc.query_offset("T", "all", 64, 0, 1 << 62)[0]) == 25
+    assert svc.query_offset("T", "all", 4, 0, 1 << 62)[0] == [1024, 1023, 1022, 1021]  # newest first
+    # time window: only entries stored within [begin, end] (second resolution)
+    window = svc.query_offset("T", "all", 64, 1_700_000_010_000, 1_700_000_012_000)[0]
+    assert sorted(window) == [1010, 1011, 1012]
+    assert svc.query_offset("U", "k2", 64, 0, 1 << 62)[0] == []  # other topic, same key
+    svc.close()
+    again = IndexService(tmp_path, 3, 10, java_string_hash)
+    assert again.load(True, 0) is None and len(again.files) == 6
+    assert sorted(again.query_offset("T", "k2", 64, 0, 1 << 62)[0]) == [1002, 1007, 1012, 1017, 1022]
+    again.close()
