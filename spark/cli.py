@@ -26,6 +26,10 @@ def parse_speed(text: str) -> float | None:
     return value
 
 
+def _mapping(items: list[str]) -> dict[str, str]:
+    return dict(_pair(item) for item in items)
+
+
 def _pair(text: str) -> tuple[str, str]:
     key, sep, value = text.partition("=")
     if not sep or not key:
@@ -44,11 +48,27 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--speed", type=parse_speed, default=1.0, metavar="1.0|N|max", help="time scale (max: no pacing)"
     )
     p.add_argument(
-        "--topic-map", type=_pair, action="append", default=[], metavar="OLD=NEW", help="rename a topic"
+        "--topic-map", nargs="*", action="extend", default=[], metavar="OLD=NEW", help="rename topics"
+    )
+    p.add_argument(
+        "--broker-map",
+        nargs="*",
+        action="extend",
+        default=[],
+        metavar="OLD=NEW",
+        help="recorded broker -> target",
+    )
+    p.add_argument(
+        "--connections",
+        default="as-recorded",
+        help="as-recorded only: each task opens the recorded connections (use --scale to multiply them)",
     )
     p.add_argument("--report", metavar="FILE.json", help="write the report as JSON")
     p.add_argument("--html", metavar="FILE.html", help="write an HTML report (plots also as FILE.png)")
-    p.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for a recorded response (30)")
+    p.add_argument(
+        "--progress", action="store_true", help="accepted for rmqgate replay compatibility (always on)"
+    )
+    p.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for a recorded response (10)")
     p.add_argument(
         "--grace",
         type=float,
@@ -85,7 +105,8 @@ def options_from_args(args: argparse.Namespace) -> JobOptions:
         timeout=args.timeout,
         grace=args.grace,
         start_delay=args.start_delay,
-        topic_map=dict(args.topic_map),
+        topic_map=_mapping(args.topic_map),
+        broker_map=_mapping(args.broker_map),
         frames_cache=args.frames_cache,
         outcomes=args.outcomes,
         report=args.report,
@@ -98,6 +119,8 @@ def run(args: argparse.Namespace) -> int:
     from rmqgate.spark.job import under_spark_submit
 
     try:
+        if args.connections not in ("as-recorded", "recorded"):
+            raise JobError("--connections: the Spark job replays as-recorded connections; use --scale N")
         opts = options_from_args(args)
         opts.masters = probe_target(opts.target)  # fail fast, before Spark starts
         master = args.master or (None if under_spark_submit() else "local[2]")
@@ -108,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
             report = run_job(spark, opts)
         finally:
             spark.stop()
-    except JobError as exc:
+    except (JobError, argparse.ArgumentTypeError) as exc:
         print(f"rmqgate spark-replay: {exc}", file=sys.stderr)
         return 2
     if not args.quiet and not args.report:

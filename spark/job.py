@@ -70,10 +70,11 @@ class JobOptions:
     scale: int = 1
     speed: float | None = 1.0  # None = max
     partitions: int | None = None  # default: Spark's default parallelism
-    timeout: float = 30.0
+    timeout: float = 10.0
     grace: float = 1.0
     start_delay: float = 0.5
     topic_map: dict[str, str] = field(default_factory=dict)
+    broker_map: dict[str, str] = field(default_factory=dict)  # recorded broker name -> target name
     frames_cache: str | None = None
     outcomes: str | None = None
     report: str | None = None
@@ -322,6 +323,7 @@ def run_job(spark: Any, opts: JobOptions) -> dict[str, Any]:
             .collect()
         )
     )
+    names = {addr: opts.broker_map.get(name, name) for addr, name in names.items()}
     targets = resolve_targets([(role, server) for server, role in roles.items()], names, masters, opts.target)
     unroutable = sorted(s for s, a in targets.items() if not a)
     if unroutable:
