@@ -272,7 +272,12 @@ class Channel(asyncio.Protocol):
     def write_command(self, cmd: RemotingCommand) -> None:
         if self.closed or self.transport is None:
             return
-        head, body = frame_parts(cmd)
+        try:
+            head, body = frame_parts(cmd)
+        except CodecError as exc:  # e.g. a header over 16 MiB: the peer cannot get it; drop the connection
+            log.error("cannot encode %r for %s: %s", cmd, self.remote_addr, exc)
+            self.close()
+            return
         self.last_active = self._loop.time()
         if body is None:
             self.transport.write(head)
