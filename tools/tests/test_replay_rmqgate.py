@@ -33,9 +33,19 @@ PCAPS = [
     for p in sorted((_CORPUS / d).glob("*.pcap"))
 ]
 
-#: Responses that depend on timing the replay does not reproduce at --speed max: a pull may find a
-#: message the recorded one (parked) did not see yet, or the reverse.
-TIMING_DEPENDENT = {int(RequestCode.PULL_MESSAGE), int(RequestCode.LITE_PULL_MESSAGE)}
+#: Pull outcomes that depend on scheduling the replay cannot reproduce, so a mismatch between two
+#: of them is tolerated: whether a message had arrived yet (SUCCESS / 19 / 20 / 21 at --speed max),
+#: and SUBSCRIPTION_NOT_LATEST, which the Java broker answers when a pull overtakes the heartbeat
+#: the client pipelined just before it (heartbeats and pulls run on separate Java thread pools;
+#: rmqgate handles one connection's requests in order). Anything else is a divergence.
+PULL_TIMING_CODES = {
+    "SUCCESS",
+    "PULL_NOT_FOUND",
+    "PULL_RETRY_IMMEDIATELY",
+    "PULL_OFFSET_MOVED",
+    "SUBSCRIPTION_NOT_LATEST",
+}
+PULL_REQUESTS = {"PULL_MESSAGE", "LITE_PULL_MESSAGE"}
 
 
 def _free_port() -> int:
@@ -107,8 +117,11 @@ def rmqgate(tmp_path: Path) -> Iterator[Rmqgate]:
 
 
 def _unexplained(report: dict) -> list[dict]:
-    timing = {RequestCode(c).name for c in TIMING_DEPENDENT}
-    return [m for m in report["mismatch_details"] if m["request"] not in timing]
+    return [
+        m
+        for m in report["mismatch_details"]
+        if not (m["request"] in PULL_REQUESTS and {m["recorded"], m["got"]} <= PULL_TIMING_CODES)
+    ]
 
 
 @pytest.mark.slow
