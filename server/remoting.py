@@ -130,6 +130,7 @@ class Channel(asyncio.Protocol):
         self.last_active = self._loop.time()
         self.connected: asyncio.Future[None] = self._loop.create_future()
         self.attrs: dict[str, Any] = {}  # per-connection state processors may keep
+        self._out: list[bytes] | None = None  # responses collected during one data_received
 
     # --- asyncio.Protocol ------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -183,8 +184,25 @@ class Channel(asyncio.Protocol):
             log.warning("closing %s: bad frame: %s", self.remote_addr, exc)
             self.close()
             return
-        for cmd in commands:
-            self._on_command(cmd)
+        if len(commands) == 1:
+            self._on_command(commands[0])
+            return
+        # Several requests in one read (pipelining clients): their immediate responses leave in one write.
+        self._out = out = []
+        try:
+            for cmd in commands:
+                self._on_command(cmd)
+        finally:
+            self._out = None
+            if out and not self.closed and self.transport is not None:
+                self.transport.write(b"".join(out))
+
+    def _write(self, data: bytes) -> None:
+        out = self._out
+        if out is not None:
+            out.append(data)
+        elif not self.closed and self.transport is not None:
+            self.transport.write(data)
 
     # --- dispatch --------------------------------------------------------------------------------
     def _on_command(self, cmd: RemotingCommand) -> None:
@@ -220,9 +238,8 @@ class Channel(asyncio.Protocol):
                 self.send_response(result)
             return
         if type(result) is bytes:  # a pre-encoded response frame (the send hot path)
-            if not cmd.flag & ONEWAY_FLAG and not self.closed and self.transport is not None:
-                self.last_active = self._loop.time()
-                self.transport.write(result)
+            if not cmd.flag & ONEWAY_FLAG:
+                self._write(result)
             return
         task = self._loop.create_task(self._finish(cmd, result))
         self._tasks.add(task)
@@ -238,8 +255,7 @@ class Channel(asyncio.Protocol):
         if response is None or cmd.flag & ONEWAY_FLAG:
             return
         if type(response) is bytes:
-            if not self.closed and self.transport is not None:
-                self.transport.write(response)
+            self._write(response)
         else:
             self.send_response(response)
 
@@ -279,7 +295,12 @@ class Channel(asyncio.Protocol):
             self.close()
             return
         self.last_active = self._loop.time()
-        if body is None:
+        out = self._out
+        if out is not None:
+            out.append(head)
+            if body is not None:
+                out.append(bytes(body))
+        elif body is None:
             self.transport.write(head)
         else:
             self.transport.writelines((head, body))

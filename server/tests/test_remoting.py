@@ -199,3 +199,21 @@ async def test_slow_reader_backpressure() -> None:
         writer.close()
     finally:
         await srv.stop()
+
+
+@with_server
+async def test_pipelined_requests_answered_in_one_go(server: RemotingServer) -> None:
+    reader, writer = await _raw(server.port)
+    frames = b"".join(
+        encode_frame(RemotingCommand.request(ECHO if i % 3 else 4242, {"i": str(i)}, b"x" * i, opaque=i + 1))
+        for i in range(200)
+    )
+    writer.write(frames)
+    dec = FrameDecoder()
+    got: list[RemotingCommand] = []
+    while len(got) < 200:
+        got += dec.feed(await asyncio.wait_for(reader.read(65536), 3))
+    assert [c.opaque for c in got] == list(range(1, 201))
+    assert all(c.code == (0 if i % 3 else ResponseCode.REQUEST_CODE_NOT_SUPPORTED) for i, c in enumerate(got))
+    assert all(bytes(c.body or b"") == b"x" * i for i, c in enumerate(got) if i % 3)
+    writer.close()
