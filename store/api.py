@@ -53,6 +53,8 @@ class StoreConfig:
     flush_commitlog_least_pages: int = 4
     flush_commitlog_thorough_interval: int = 10_000  # ms
     flush_interval_consume_queue: int = 1000  # ms
+    flush_consume_queue_least_pages: int = 2
+    flush_consume_queue_thorough_interval: int = 60_000  # ms; also when index files and checkpoint advance
     sync_flush_timeout: int = 5000  # ms
     file_reserved_time: int = 72  # hours
     delete_when: str = "04"  # hours of day, ";"-separated

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from rmqgate.store.layout import CQ_UNIT, CQ_UNIT_SIZE
-from rmqgate.store.mapped_file import MappedFileQueue
+from rmqgate.store.mapped_file import PAGE_SIZE, MappedFileQueue
 
 BLANK_UNIT = CQ_UNIT.pack(0, 0x7FFFFFFF, 0)  # padding before the first real unit of a late-created queue
 _unpack_from = CQ_UNIT.unpack_from
@@ -203,8 +203,11 @@ class ConsumeQueue:
         self.correct_min_offset(min_phy_offset)
         return n
 
-    def flush(self) -> None:
-        self.queue.flush()
+    def flush(self, least_pages: int = 0) -> None:
+        q = self.queue
+        if least_pages and (q.get_max_offset() - q.flushed_where) < least_pages * PAGE_SIZE:
+            return
+        q.flush()
 
     def destroy(self) -> None:
         for f in list(self.queue.files):

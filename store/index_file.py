@@ -40,6 +40,7 @@ class IndexFile:
         ) = INDEX_HEADER.unpack_from(self.buf, 0)
         if self.index_count <= 0:
             self.index_count = 1  # index numbers start at 1; 0 marks an empty slot / end of chain
+        self.flushed_count = self.index_count
 
     @property
     def path(self) -> Path:
@@ -117,8 +118,10 @@ class IndexFile:
             idx = prev
 
     def flush(self) -> None:
+        count = self.index_count
         self._write_header()
         self._file.flush_all()
+        self.flushed_count = count
 
     def close(self) -> None:
         if self._file.fd >= 0:
@@ -260,7 +263,8 @@ class IndexService:
         """Flush every index file; returns the end timestamp now safe on disk (for the checkpoint)."""
         files = list(self.files)
         for f in files:
-            f.flush()
+            if f.index_count != f.flushed_count:
+                f.flush()
         return files[-1].end_timestamp if files else 0
 
     def delete_expired(self, min_phy_offset: int) -> int:

@@ -254,12 +254,16 @@ class _ServiceThread(threading.Thread):
             cfg.flush_interval_consume_queue, cfg.flush_consumer_offset_interval, cfg.clean_resource_interval
         )
         next_cq = next_off = next_clean = 0.0
+        next_thorough = time.monotonic() + cfg.flush_consume_queue_thorough_interval / 1000
         while not self._stop_event.wait(tick / 1000):
             now = time.monotonic()
             try:
                 if now >= next_cq:
                     next_cq = now + cfg.flush_interval_consume_queue / 1000
-                    self.store.flush_logics()
+                    thorough = now >= next_thorough
+                    if thorough:
+                        next_thorough = now + cfg.flush_consume_queue_thorough_interval / 1000
+                    self.store.flush_logics(thorough)
                 if now >= next_off:
                     next_off = now + cfg.flush_consumer_offset_interval / 1000
                     self.store.meta.persist_offsets()
@@ -985,15 +989,18 @@ class DefaultMessageStore:
             self.meta.remove_offsets(topic=t)
         return n
 
-    def flush_logics(self) -> None:
-        """Flush ConsumeQueues and index files, then advance and flush the checkpoint."""
+    def flush_logics(self, thorough: bool = True) -> None:
+        """Flush ConsumeQueues (those with ``flush_consume_queue_least_pages`` dirty, or all when
+        ``thorough``), on a thorough round also the index files, advancing the checkpoint's logics and
+        index timestamps (``FlushConsumeQueueService``); the checkpoint file is flushed every round."""
         ts = self._last_store_ts
+        least = 0 if thorough else self.config.flush_consume_queue_least_pages
         for cq in list(self.consume_queues.values()):
-            cq.flush()
-        index_ts = self.index.flush()
-        if ts:
-            self.checkpoint.logics_msg_timestamp = ts
-            if index_ts:
+            cq.flush(least)
+        if thorough:
+            self.index.flush()
+            if ts:
+                self.checkpoint.logics_msg_timestamp = ts
                 self.checkpoint.index_msg_timestamp = ts
         self.checkpoint.flush()
 

@@ -26,6 +26,7 @@ def crash_config(root: str) -> StoreConfig:
         max_hash_slot_num=256,
         max_index_num=400,
         flush_interval_consume_queue=50,
+        flush_consume_queue_thorough_interval=200,
     )
 
 
