@@ -14,6 +14,7 @@ import logging
 import zlib
 from collections.abc import Iterable
 
+from rmqgate.server import locks, schedule, sendback, transaction
 from rmqgate.server.admin import AdminBrokerProcessor
 from rmqgate.server.client import RemotingClient
 from rmqgate.server.config import BrokerConfig
@@ -21,9 +22,7 @@ from rmqgate.server.consumer import (
     ClientManageProcessor,
     ConsumerManageProcessor,
     ConsumerManager,
-    LockProcessor,
     ProducerManager,
-    RebalanceLockManager,
 )
 from rmqgate.server.namesrv import encode_register_body
 from rmqgate.server.offsets import OffsetProcessor
@@ -56,7 +55,9 @@ class BrokerController:
         self.subscription_groups = SubscriptionGroupManager(config, self.store.meta)
         self.consumers = ConsumerManager(self.notify_consumer_ids_changed)
         self.producers = ProducerManager()
-        self.locks = RebalanceLockManager()
+        self.locks = locks.RebalanceLockManager(locks.lock_max_live_time(config))
+        self.transactions = transaction.TransactionalMessageService(self)
+        self.schedule = schedule.ScheduleMessageService(self)
         self.topics.on_change = self.request_register
         self.send_processor = SendMessageProcessor(self)
         self.pull_processor = PullMessageProcessor(self)
@@ -65,10 +66,12 @@ class BrokerController:
             self.pull_processor,
             ClientManageProcessor(self),
             ConsumerManageProcessor(self),
-            LockProcessor(self),
+            locks.LockProcessor(self),
             OffsetProcessor(self),
             QueryMessageProcessor(self),
             AdminBrokerProcessor(self),
+            transaction.EndTransactionProcessor(self),
+            sendback.ConsumerSendMsgBackProcessor(self),
             *extra_processors,
         ]
         self.server = RemotingServer(
@@ -92,6 +95,8 @@ class BrokerController:
         self.pull_processor.hold.bind(loop, 5.0 if c.longPollingEnable else c.shortPollingTimeMills / 1000.0)
         await self.register_all()
         self._tasks.append(loop.create_task(self._register_loop()))
+        self.transactions.start()
+        self.schedule.start()
         self._tasks.append(loop.create_task(self._scan_loop()))
 
     async def stop(self) -> None:
@@ -101,6 +106,8 @@ class BrokerController:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._tasks.clear()
+        await self.schedule.stop()
+        await self.transactions.stop()
         self.pull_processor.stop()
         await self.unregister_all()
         for client in self._namesrv_clients.values():

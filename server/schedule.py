@@ -1,0 +1,169 @@
+"""ScheduleMessageService: delivers delayed messages when their level's delay is up.
+
+The store redirects a message with DELAY > 0 to SCHEDULE_TOPIC_XXXX queue level-1 and writes its
+deliver time (store time + the level's delay) as the ConsumeQueue tagsCode. One task per level reads
+that queue in order from its delay offset, re-puts each due message to REAL_TOPIC/REAL_QID with DELAY
+cleared, and records the new offset in the store's LMDB (``delay_offsets``) after each batch, so a
+restart resumes where delivery stopped (at-least-once: a crash between the put and the offset write
+can deliver one batch again). Levels come from messageDelayLevel (broker.conf).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import time
+from typing import TYPE_CHECKING
+
+from rmqgate.store.api import SCHEDULE_TOPIC, DispatchRequest, PutMessageStatus
+from rmqgate.wire.message import (
+    PROPERTY_DELAY_TIME_LEVEL,
+    PROPERTY_REAL_QUEUE_ID,
+    PROPERTY_REAL_TOPIC,
+    PROPERTY_WAIT,
+    MessageExt,
+)
+
+if TYPE_CHECKING:
+    from rmqgate.server.broker import BrokerController
+
+log = logging.getLogger("rmqgate.server.schedule")
+
+BATCH = 32
+IDLE_WAIT = 1.0  # s; a put to the level's queue wakes it earlier
+RETRY_WAIT = 1.0  # s after a failed put
+_PUT_DONE = (
+    PutMessageStatus.PUT_OK,
+    PutMessageStatus.FLUSH_DISK_TIMEOUT,
+    PutMessageStatus.FLUSH_SLAVE_TIMEOUT,
+    PutMessageStatus.SLAVE_NOT_AVAILABLE,
+)
+_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
+_UNITS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def parse_delay_levels(spec: str) -> dict[int, int]:
+    """``messageDelayLevel`` ("1s 5s 10s ...", units s/m/h/d) -> {level: delay ms}."""
+    out = {}
+    for i, tok in enumerate(spec.split()):
+        unit = _UNITS.get(tok[-1:])
+        if unit is None or not tok[:-1].isdigit():
+            raise ValueError(f"messageDelayLevel: bad delay {tok!r}")
+        out[i + 1] = int(tok[:-1]) * unit
+    return out
+
+
+def timeup_message(msg: MessageExt) -> MessageExt:
+    """``messageTimeup``: the delayed message restored to its real topic/queue, DELAY cleared."""
+    props = dict(msg.properties)
+    props.pop(PROPERTY_DELAY_TIME_LEVEL, None)
+    props.pop(PROPERTY_WAIT, None)
+    return dataclasses.replace(
+        msg,
+        topic=props.get(PROPERTY_REAL_TOPIC, ""),
+        queue_id=int(props.get(PROPERTY_REAL_QUEUE_ID, "0") or 0),
+        body=bytes(msg.body),
+        properties=props,
+        properties_raw=None,
+        store_size=0,
+    )
+
+
+class ScheduleMessageService:
+    def __init__(self, broker: BrokerController) -> None:
+        self.broker = broker
+        self.store = broker.store
+        self.levels = parse_delay_levels(broker.config.messageDelayLevel)
+        self.offsets = self.store.meta.delay_offsets()
+        self.delivered = 0
+        self._events: dict[int, asyncio.Event] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.store.register_arrival_listener(self._on_arrival)
+
+    def start(self) -> None:
+        if not hasattr(self.store, "get_consume_queue_units"):
+            log.warning("the store cannot list ConsumeQueue units: delayed messages stay undelivered")
+            return
+        self._loop = loop = asyncio.get_running_loop()
+        for level in self.levels:
+            self._events[level] = asyncio.Event()
+            self._tasks.append(loop.create_task(self._run(level)))
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks.clear()
+        self._loop = None
+
+    def _on_arrival(self, d: DispatchRequest) -> None:
+        if d.topic != SCHEDULE_TOPIC or self._loop is None:
+            return
+        event = self._events.get(d.queue_id + 1)
+        if event is not None:
+            self._loop.call_soon_threadsafe(event.set)
+
+    def offset(self, level: int) -> int:
+        return self.offsets.get(level, 0)
+
+    async def _run(self, level: int) -> None:
+        event = self._events[level]
+        while True:
+            try:
+                wait = self.deliver(level)
+            except Exception:
+                log.exception("delay level %d: delivery failed", level)
+                wait = RETRY_WAIT
+            if wait > 0:
+                event.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(event.wait(), wait)
+
+    def deliver(self, level: int) -> float:
+        """Deliver what is due in ``level``; returns seconds until it should run again (0 = now)."""
+        store = self.store
+        queue_id = level - 1
+        offset = max(self.offset(level), store.get_min_offset_in_queue(SCHEDULE_TOPIC, queue_id))
+        units = store.get_consume_queue_units(SCHEDULE_TOPIC, queue_id, offset, BATCH)
+        if not units:
+            if offset < store.get_max_offset_in_queue(SCHEDULE_TOPIC, queue_id):
+                return 0.0  # the next ConsumeQueue file
+            return IDLE_WAIT
+        now = int(time.time() * 1000)
+        delay = self.levels[level]
+        start = offset
+        wait = 0.0
+        for phys, _size, deliver_at in units:
+            if deliver_at > now + delay:  # ``correctDeliverTimestamp``: a clock that went back
+                deliver_at = now
+            if deliver_at > now:
+                wait = (deliver_at - now) / 1000.0
+                break
+            msg = store.look_message_by_offset(phys)
+            if msg is not None and not self._put(msg):
+                wait = RETRY_WAIT
+                break
+            offset += 1
+        if offset != start:
+            self.offsets[level] = offset
+            store.meta.set_delay_offset(level, offset)
+        return wait
+
+    def _put(self, msg: MessageExt) -> bool:
+        real = timeup_message(msg)
+        if real.topic == _HALF_TOPIC or not real.topic:
+            log.error(
+                "delayed message %s has no deliverable topic (%r): dropped", msg.offset_msg_id, real.topic
+            )
+            return True
+        result = self.store.put_message(real)
+        if result.status in _PUT_DONE:
+            self.delivered += 1
+            return True
+        log.error("delayed message %s to %s not stored: %s", msg.offset_msg_id, real.topic, result.status)
+        return False
