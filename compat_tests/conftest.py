@@ -12,34 +12,14 @@ import dataclasses
 import os
 import re
 import secrets
-import signal
-import socket
-import subprocess
-import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from rmqgate.compat_tests.servers import ServerProcess, discover_broker, log_tail
 from rmqgate.compat_tests.wire_client import WireClient, wait_until
-
-COMPAT_DIR = Path(__file__).resolve().parent
-ROOT = COMPAT_DIR.parent
-STARTUP_TIMEOUT = 30.0
-
-# What the suite's own server runs with; the keys are RocketMQ broker.conf keys.
-BROKER_CONF = """\
-brokerClusterName = CompatCluster
-brokerName = compat-broker-a
-brokerId = 0
-brokerIP1 = 127.0.0.1
-autoCreateTopicEnable = true
-autoCreateSubscriptionGroup = true
-defaultTopicQueueNums = 4
-flushDiskType = ASYNC_FLUSH
-"""
 
 
 @dataclasses.dataclass
@@ -66,130 +46,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=os.environ.get("RMQ_NAMESRV"),
         help="name server HOST:PORT to test against (env RMQ_NAMESRV); default: start `rmqgate serve`",
     )
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _port_open(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-            return True
-    except OSError:
-        return False
-
-
-def _log_tail(path: Path | None, lines: int = 200) -> str:
-    if path is None or not path.exists():
-        return "(no log)"
-    text = path.read_text(errors="replace").splitlines()
-    return "\n".join(text[-lines:])
-
-
-def discover_broker(namesrv: str, timeout: float = STARTUP_TIMEOUT) -> tuple[str, str, str]:
-    """(broker master address, brokerName, clusterName) of the first registered broker."""
-
-    def find() -> tuple[str, str, str] | None:
-        try:
-            with WireClient(namesrv, timeout=3) as c:
-                info = c.cluster_info()
-        except (OSError, AssertionError, ValueError):
-            return None
-        for cluster, names in sorted((info.get("clusterAddrTable") or {}).items()):
-            for name in sorted(names):
-                addrs = info["brokerAddrTable"][name]["brokerAddrs"]
-                if "0" in addrs:
-                    return addrs["0"], name, cluster
-        return None
-
-    found = wait_until(find, timeout=timeout, interval=0.2)
-    if not found:
-        raise RuntimeError(f"no broker master registered with the name server {namesrv}")
-    return found
-
-
-class ServerProcess:
-    """`rmqgate serve` in a subprocess with its output in a log file."""
-
-    def __init__(
-        self,
-        workdir: Path,
-        *,
-        role: str = "all",
-        namesrv_addr: str | None = None,
-        conf: str = BROKER_CONF,
-        namesrv_port: int | None = None,
-        broker_port: int | None = None,
-    ) -> None:
-        self.workdir = workdir
-        self.store = workdir / "store"
-        self.log_path = workdir / f"rmqgate-{role}.log"
-        self.conf_path = workdir / "broker.conf"
-        self.conf_path.write_text(conf)
-        self.namesrv_port = namesrv_port or free_port()
-        self.broker_port = broker_port or free_port()
-        self.role = role
-        args = [
-            sys.executable,
-            "-m",
-            "rmqgate.tools.cli",
-            "serve",
-            "--store",
-            str(self.store),
-            "--namesrv-port",
-            str(self.namesrv_port),
-            "--broker-port",
-            str(self.broker_port),
-            "--role",
-            role,
-            "--conf",
-            str(self.conf_path),
-        ]
-        if namesrv_addr:
-            args += ["--namesrv-addr", namesrv_addr]
-        self._log = self.log_path.open("wb")
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
-        self.proc = subprocess.Popen(args, stdout=self._log, stderr=subprocess.STDOUT, cwd=workdir, env=env)
-
-    @property
-    def namesrv(self) -> str:
-        return f"127.0.0.1:{self.namesrv_port}"
-
-    @property
-    def broker(self) -> str:
-        return f"127.0.0.1:{self.broker_port}"
-
-    def wait_ready(self, timeout: float = STARTUP_TIMEOUT) -> None:
-        """Ready = the "rmqgate ready" line is logged and every port of the role accepts connections."""
-        ports = {
-            "all": [self.namesrv_port, self.broker_port],
-            "namesrv": [self.namesrv_port],
-            "broker": [self.broker_port],
-        }[self.role]
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(
-                    f"rmqgate serve exited with {self.proc.returncode}:\n{_log_tail(self.log_path)}"
-                )
-            if b"rmqgate ready" in self.log_path.read_bytes() and all(_port_open(p) for p in ports):
-                return
-            time.sleep(0.1)
-        raise RuntimeError(f"rmqgate serve not ready after {timeout} s:\n{_log_tail(self.log_path)}")
-
-    def stop(self, timeout: float = 15.0) -> int | None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self._log.close()
-        return self.proc.returncode
 
 
 _STARTED: list[ServerProcess] = []
@@ -297,4 +153,4 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatu
         return
     for server in _STARTED:
         terminalreporter.write_sep("=", f"rmqgate serve --role {server.role} log (tail): {server.log_path}")
-        terminalreporter.write_line(_log_tail(server.log_path))
+        terminalreporter.write_line(log_tail(server.log_path))

@@ -5,6 +5,9 @@ requests are replayed with rmqgate.tools.replay (per-connection order, causal or
 connections, opaques rewritten, recorded topic creation replayed as is, broker connections routed
 to the target's broker, CommitLog offsets in VIEW/END_TRANSACTION/SEND_BACK translated through the
 replayed send results, server-initiated requests answered with the recorded client answers).
+Route lookups the Java name server answered are held until the target serves that route
+(ReplayOptions.route_wait): the recorded broker's own registrations are not replayed. That
+create-then-route ordering is asserted on its own in test_raw_namesrv.
 The suite's own server is replaced by a fresh `rmqgate serve` per capture (empty store, like the
 recording's broker for these topics); against an external cluster (--namesrv) recorded topics are
 renamed per run instead.
@@ -86,8 +89,8 @@ def topic_map_for(plan, token: str) -> dict[str, str]:
 def replay(pcap: Path, namesrv: str, topic_map: dict[str, str]):
     plan = load_plan(pcap)
     opts = ReplayOptions(speed=None, topic_map=topic_map, request_timeout=15.0)
-    outcomes, facts = asyncio.run(replay_connections(plan.replayable, namesrv, opts, plan_start=plan.start))
-    return plan, outcomes, facts
+    result = asyncio.run(replay_connections(plan.replayable, namesrv, opts, plan_start=plan.start))
+    return plan, list(result), result.facts
 
 
 def pair_outcomes(plan, outcomes):

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from rmqgate.compat_tests.conftest import BROKER_CONF, ServerProcess
+from rmqgate.compat_tests.servers import BROKER_CONF, ServerProcess
 from rmqgate.compat_tests.wire_client import (
     PULL_SUBSCRIPTION,
     WireClient,
