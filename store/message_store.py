@@ -39,6 +39,7 @@ from rmqgate.store.api import (
     TagsFilter,
 )
 from rmqgate.store.checkpoint import StoreCheckpoint
+from rmqgate.store.config_io import import_config
 from rmqgate.store.consume_queue import ConsumeQueue
 from rmqgate.store.index_file import IndexService
 from rmqgate.store.layout import CQ_UNIT, CQ_UNIT_SIZE
@@ -293,7 +294,11 @@ class DefaultMessageStore:
         self.index = IndexService(
             self.root / "index", config.max_hash_slot_num, config.max_index_num, java_string_hash
         )
+        fresh_meta = not (self.root / "meta").exists()
         self.meta = LmdbMetaStore(self.root / "meta", config.meta_map_size)
+        if fresh_meta and (self.root / "config").is_dir():
+            # a store directory a Java broker wrote: take over its topics, groups and offsets
+            import_config(self.meta, self.root / "config")
         self.topic_queue_table: dict[tuple[str, int], int] = {}
         self.delay_levels = parse_delay_levels(config.message_delay_level)
         self.max_delay_level = max(self.delay_levels) if self.delay_levels else 0

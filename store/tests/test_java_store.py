@@ -81,6 +81,22 @@ def test_messages_and_offsets_match_manifest(java_store: Path, manifest: dict) -
         store.shutdown()
 
 
+def test_opening_java_store_takes_over_its_config(java_store: Path) -> None:
+    store = DefaultMessageStore.open(StoreConfig(str(java_store), **JAVA_CONFIG), start_services=False)
+    try:
+        assert store.meta.get("topics", "LabSync_mwr6oik8oup")["writeQueueNums"] == 4
+        assert store.meta.query_offset("CG_sync_mwr6oixrwxd", "LabSync_mwr6oik8oup", 3) == 25
+        assert store.meta.get("subscription_groups", "CG_order_mwr6ol9ziuo")["retryMaxTimes"] == 16
+        store.meta.commit_offset("CG_sync_mwr6oixrwxd", "LabSync_mwr6oik8oup", 3, 26)
+    finally:
+        store.shutdown()
+    store = DefaultMessageStore.open(StoreConfig(str(java_store), **JAVA_CONFIG), start_services=False)
+    try:  # imported once: later opens keep what rmqgate changed
+        assert store.meta.query_offset("CG_sync_mwr6oixrwxd", "LabSync_mwr6oik8oup", 3) == 26
+    finally:
+        store.shutdown()
+
+
 def test_tag_filter_and_time_lookup_on_java_store(java_store: Path, manifest: dict) -> None:
     store = DefaultMessageStore.open(StoreConfig(str(java_store), **JAVA_CONFIG), start_services=False)
     try:
