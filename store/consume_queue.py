@@ -170,7 +170,7 @@ class ConsumeQueue:
         if left < 0:
             return right
         if right < 0:
-            return left + 1 if left_t < timestamp else left
+            return left  # all older: the newest one, as 4.9 answers
         return right if abs(timestamp - left_t) > abs(timestamp - right_t) else left
 
     def truncate_dirty(self, phy_end: int) -> None:

@@ -409,3 +409,22 @@ def test_concurrent_writers_readers_and_cleanup(tmp_path: Path) -> None:
                 assert got.status is G.OFFSET_OVERFLOW_ONE
     finally:
         s.shutdown()
+
+
+def test_offset_by_time_picks_exact_or_closest(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import rmqgate.store.message_store as ms
+
+    times = iter([1000, 2000, 2000, 2000, 5000, 9000])
+    monkeypatch.setattr(ms, "_now_ms", lambda: next(times))
+    s = DefaultMessageStore.open(cfg(tmp_path), start_services=False)
+    try:
+        for _ in range(6):
+            s.put_message(msg())
+        by_time = lambda t: s.get_offset_in_queue_by_time("T", 0, t)  # noqa: E731
+        assert by_time(2000) == 1  # the first of equal store times
+        assert by_time(500) == 0  # older than everything
+        assert by_time(99_999) == 5  # newer than everything: the newest message (4.9)
+        assert by_time(3000) == 3 and by_time(4500) == 4  # closest neighbour
+        assert s.get_offset_in_queue_by_time("nope", 0, 1) == 0
+    finally:
+        s.shutdown()
