@@ -1,0 +1,350 @@
+"""Transactions on a real broker (sockets, store files, LMDB): half messages, END_TRANSACTION, check-back.
+
+Check passes run on the broker's own timer (transactionCheckInterval from the config) or are called
+directly where a test needs one pass at a known moment; halves are sent with a born timestamp in the
+past so they are already older than transactionTimeOut.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from rmqgate.server.broker import BrokerController
+from rmqgate.server.client import RemotingClient
+from rmqgate.server.config import BrokerConfig
+from rmqgate.server.testing import async_test
+from rmqgate.server.topics import (
+    RMQ_SYS_TRANS_CHECK_MAX_TIME_TOPIC,
+    RMQ_SYS_TRANS_HALF_TOPIC,
+    RMQ_SYS_TRANS_OP_HALF_TOPIC,
+)
+from rmqgate.server.transaction import CID_RMQ_SYS_TRANS
+from rmqgate.wire import RemotingCommand, ResponseCode
+from rmqgate.wire.codes import RequestCode as R
+from rmqgate.wire.message import (
+    MessageSysFlag,
+    decode_message,
+    decode_offset_msg_id,
+    format_properties,
+    iter_messages,
+)
+
+COMMIT, ROLLBACK, UNKNOWN = 8, 12, 0
+
+
+def make_broker(root: Path, **overrides: Any) -> BrokerController:
+    config = BrokerConfig(brokerName="broker-tx", listenPort=0, brokerIP1="127.0.0.1")
+    config.storePathRootDir = str(root)
+    config.mappedFileSizeCommitLog = 1 << 20
+    config.mappedFileSizeConsumeQueue = 6000
+    config.maxHashSlotNum = 5000
+    config.maxIndexNum = 20000
+    config.transactionCheckInterval = 3_600_000  # passes only when a test runs one
+    for key, value in overrides.items():
+        setattr(config, key, value)
+    return BrokerController(config, listen_host="127.0.0.1", scan_interval=0.1)
+
+
+def half_request(
+    topic: str, group: str, uniq: str, *, born: int | None = None, body: bytes = b"tx"
+) -> RemotingCommand:
+    props = {"TRAN_MSG": "true", "PGROUP": group, "UNIQ_KEY": uniq, "TAGS": "TagTx", "WAIT": "true"}
+    ext = {
+        "a": group,
+        "b": topic,
+        "c": "TBW102",
+        "d": "4",
+        "e": "1",
+        "f": str(MessageSysFlag.TRANSACTION_PREPARED),
+        "g": str(born if born is not None else int(time.time() * 1000)),
+        "h": "0",
+        "i": format_properties(props),
+        "j": "0",
+        "k": "false",
+        "m": "false",
+    }
+    return RemotingCommand.request(R.SEND_MESSAGE_V2, ext, body)
+
+
+def end_request(
+    group: str, half_qoff: int, phys: int, kind: int, uniq: str, *, from_check: bool = False
+) -> RemotingCommand:
+    return RemotingCommand.request(
+        R.END_TRANSACTION,
+        {
+            "producerGroup": group,
+            "tranStateTableOffset": str(half_qoff),
+            "commitLogOffset": str(phys),
+            "commitOrRollback": str(kind),
+            "fromTransactionCheck": "true" if from_check else "false",
+            "msgId": uniq,
+            "transactionId": uniq,
+        },
+    )
+
+
+async def send_half(c: RemotingClient, topic: str, group: str, uniq: str, **kw: Any) -> tuple[int, int]:
+    """(half queue offset, half commit-log offset) as a client learns them from the send response."""
+    resp = await c.invoke(half_request(topic, group, uniq, **kw))
+    assert resp.code == ResponseCode.SUCCESS, resp
+    ext = resp.ext_fields or {}
+    return int(ext["queueOffset"]), decode_offset_msg_id(ext["msgId"])[2]
+
+
+async def heartbeat(c: RemotingClient, client_id: str, group: str) -> None:
+    body = json.dumps(
+        {"clientID": client_id, "consumerDataSet": [], "producerDataSet": [{"groupName": group}]}
+    ).encode()
+    assert (await c.invoke(RemotingCommand.request(R.HEART_BEAT, {}, body))).code == 0
+
+
+def stored(broker: BrokerController, topic: str, queue_id: int = 0) -> list[Any]:
+    got = broker.store.get_messages(topic, queue_id, 0, 1000)
+    return [decode_message(bytes(b), 0) for b in got.buffers]
+
+
+async def wait_for(predicate: Any, timeout: float = 10.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        await asyncio.sleep(0.02)
+    raise AssertionError("condition not met in time")
+
+
+@async_test
+async def test_half_invisible_commit_visible_once(tmp_path: Path) -> None:
+    broker = make_broker(tmp_path / "s")
+    await broker.start()
+    try:
+        c = await RemotingClient.connect("127.0.0.1", broker.port)
+        qoff, phys = await send_half(c, "TxT", "PG", "U1")
+        half = stored(broker, RMQ_SYS_TRANS_HALF_TOPIC)
+        assert [h.properties["REAL_TOPIC"] for h in half] == ["TxT"] and half[0].properties["REAL_QID"] == "1"
+        assert half[0].sys_flag & MessageSysFlag.TRANSACTION_MASK == 0
+        assert broker.store.get_max_offset_in_queue("TxT", 1) == 0  # invisible
+        c.invoke_oneway(end_request("PG", qoff, phys, COMMIT, "U1"))
+        await wait_for(lambda: broker.store.get_max_offset_in_queue("TxT", 1) == 1)
+        (real,) = stored(broker, "TxT", 1)
+        assert bytes(real.body) == b"tx" and real.properties["UNIQ_KEY"] == "U1"
+        assert "TRAN_MSG" not in real.properties and "REAL_TOPIC" not in real.properties
+        assert real.properties["TAGS"] == "TagTx"
+        assert real.sys_flag & MessageSysFlag.TRANSACTION_MASK == MessageSysFlag.TRANSACTION_COMMIT
+        assert real.prepared_transaction_offset == phys
+        (op,) = stored(broker, RMQ_SYS_TRANS_OP_HALF_TOPIC)
+        assert bytes(op.body) == str(qoff).encode() and op.properties["TAGS"] == "d"
+        # duplicates (oneway and sync, also as a check answer) change nothing
+        c.invoke_oneway(end_request("PG", qoff, phys, COMMIT, "U1"))
+        dup = await c.invoke(end_request("PG", qoff, phys, COMMIT, "U1", from_check=True))
+        assert dup.code == ResponseCode.SUCCESS
+        dup = await c.invoke(end_request("PG", qoff, phys, ROLLBACK, "U1"))
+        assert dup.code == ResponseCode.SUCCESS
+        assert len(stored(broker, "TxT", 1)) == 1 and len(stored(broker, RMQ_SYS_TRANS_OP_HALF_TOPIC)) == 1
+        await c.aclose()
+    finally:
+        await broker.stop()
+
+
+@async_test
+async def test_rollback_writes_only_the_op_and_bad_requests_are_refused(tmp_path: Path) -> None:
+    broker = make_broker(tmp_path / "s")
+    await broker.start()
+    try:
+        c = await RemotingClient.connect("127.0.0.1", broker.port)
+        qoff, phys = await send_half(c, "TxR", "PG", "U2")
+        wrong_group = await c.invoke(end_request("OTHER", qoff, phys, COMMIT, "U2"))
+        assert (wrong_group.code, wrong_group.remark) == (
+            ResponseCode.SYSTEM_ERROR,
+            "The producer group wrong",
+        )
+        wrong_qoff = await c.invoke(end_request("PG", qoff + 5, phys, COMMIT, "U2"))
+        assert wrong_qoff.remark == "The transaction state table offset wrong"
+        missing = await c.invoke(end_request("PG", qoff, phys + 10_000_000, COMMIT, "U2"))
+        assert missing.remark == "Find prepared transaction message failed"
+        c.invoke_oneway(end_request("PG", qoff, phys, UNKNOWN, "U2"))  # pending: nothing happens
+        ok = await c.invoke(end_request("PG", qoff, phys, ROLLBACK, "U2"))
+        assert ok.code == ResponseCode.SUCCESS
+        assert broker.store.get_max_offset_in_queue("TxR", 1) == 0
+        (op,) = stored(broker, RMQ_SYS_TRANS_OP_HALF_TOPIC)
+        assert bytes(op.body) == str(qoff).encode()
+        again = await c.invoke(end_request("PG", qoff, phys, COMMIT, "U2"))
+        assert again.code == ResponseCode.SUCCESS and broker.store.get_max_offset_in_queue("TxR", 1) == 0
+        await c.aclose()
+    finally:
+        await broker.stop()
+
+
+@async_test
+async def test_check_back_resolves_on_the_producer_connection(tmp_path: Path) -> None:
+    broker = make_broker(tmp_path / "s", transactionTimeOut=300, transactionCheckInterval=100)
+    await broker.start()
+    try:
+        checks: asyncio.Queue[RemotingCommand] = asyncio.Queue()
+
+        async def on_request(cmd: RemotingCommand) -> None:
+            await checks.put(cmd)
+
+        c = await RemotingClient.connect("127.0.0.1", broker.port, on_request=on_request)
+        await heartbeat(c, "client-1", "PGC")
+        t0 = time.monotonic()
+        qoff, phys = await send_half(c, "TxC", "PGC", "U3")
+        check = await asyncio.wait_for(checks.get(), 10)
+        waited = time.monotonic() - t0
+        assert check.code == R.CHECK_TRANSACTION_STATE and 0.25 <= waited < 5
+        ext = check.ext_fields or {}
+        assert ext["msgId"] == "U3" and ext["transactionId"] == "U3"
+        new_qoff, new_phys = int(ext["tranStateTableOffset"]), int(ext["commitLogOffset"])
+        assert new_qoff == qoff + 1 and new_phys > phys  # the re-put copy
+        body = decode_message(check.body or b"", 0)
+        assert body.topic == "TxC" and body.queue_id == 1 and bytes(body.body) == b"tx"
+        assert body.properties["TRANSACTION_CHECK_TIMES"] == "1" and body.offset_msg_id == ext["offsetMsgId"]
+        c.invoke_oneway(end_request("PGC", new_qoff, new_phys, COMMIT, "U3", from_check=True))
+        await wait_for(lambda: broker.store.get_max_offset_in_queue("TxC", 1) == 1)
+        # no further checks once resolved
+        await asyncio.sleep(0.6)
+        assert checks.empty()
+        assert broker.store.meta.query_offset(CID_RMQ_SYS_TRANS, RMQ_SYS_TRANS_HALF_TOPIC, 0) == 2
+        await c.aclose()
+    finally:
+        await broker.stop()
+
+
+@async_test
+async def test_end_on_superseded_half_applies_to_its_checked_copy(tmp_path: Path) -> None:
+    broker = make_broker(tmp_path / "s", transactionTimeOut=100)
+    await broker.start()
+    try:
+        c = await RemotingClient.connect("127.0.0.1", broker.port)
+        qoff, phys = await send_half(c, "TxS", "PG", "U4", born=int(time.time() * 1000) - 5000)
+        assert await broker.transactions.check() == 0  # no producer online: re-put, nothing sent
+        assert broker.store.get_max_offset_in_queue(RMQ_SYS_TRANS_HALF_TOPIC, 0) == 2
+        ok = await c.invoke(end_request("PG", qoff, phys, COMMIT, "U4"))  # the producer's late commit
+        assert ok.code == ResponseCode.SUCCESS
+        assert len(stored(broker, "TxS", 1)) == 1
+        (op,) = stored(broker, RMQ_SYS_TRANS_OP_HALF_TOPIC)
+        assert bytes(op.body) == str(qoff + 1).encode()
+        await asyncio.sleep(0.01)
+        await broker.transactions.check()  # the copy is done: no new copy
+        assert broker.store.get_max_offset_in_queue(RMQ_SYS_TRANS_HALF_TOPIC, 0) == 2
+        await c.aclose()
+    finally:
+        await broker.stop()
+
+
+@async_test
+async def test_check_max_moves_to_trans_check_max_time_topic(tmp_path: Path) -> None:
+    broker = make_broker(tmp_path / "s", transactionTimeOut=100, transactionCheckMax=2)
+    await broker.start()
+    try:
+        c = await RemotingClient.connect("127.0.0.1", broker.port)
+        await send_half(c, "TxM", "PG", "U5", born=int(time.time() * 1000) - 5000)
+        for _ in range(3):
+            await broker.transactions.check()
+            await asyncio.sleep(0.01)
+        halves = stored(broker, RMQ_SYS_TRANS_HALF_TOPIC)
+        assert [h.properties.get("TRANSACTION_CHECK_TIMES") for h in halves] == [None, "1", "2"]
+        (parked,) = stored(broker, RMQ_SYS_TRANS_CHECK_MAX_TIME_TOPIC)
+        assert parked.properties["UNIQ_KEY"] == "U5" and parked.properties["REAL_TOPIC"] == "TxM"
+        assert broker.topics.get(RMQ_SYS_TRANS_CHECK_MAX_TIME_TOPIC) is not None
+        await broker.transactions.check()
+        assert len(stored(broker, RMQ_SYS_TRANS_CHECK_MAX_TIME_TOPIC)) == 1
+        assert broker.store.get_max_offset_in_queue("TxM", 1) == 0
+        await c.aclose()
+    finally:
+        await broker.stop()
+
+
+@async_test
+async def test_young_half_is_not_checked_and_blocks_nothing_resolved(tmp_path: Path) -> None:
+    broker = make_broker(tmp_path / "s", transactionTimeOut=60_000)
+    await broker.start()
+    try:
+        c = await RemotingClient.connect("127.0.0.1", broker.port)
+        await heartbeat(c, "client-y", "PG")
+        qoff, phys = await send_half(c, "TxY", "PG", "U6")
+        assert await broker.transactions.check() == 0
+        assert broker.store.get_max_offset_in_queue(RMQ_SYS_TRANS_HALF_TOPIC, 0) == 1  # not re-put
+        assert broker.transactions.half_offset == 0
+        ok = await c.invoke(end_request("PG", qoff, phys, COMMIT, "U6"))
+        assert ok.code == 0
+        await broker.transactions.check()
+        assert broker.transactions.half_offset == 1 and broker.transactions.op_offset == 1
+        await c.aclose()
+    finally:
+        await broker.stop()
+
+
+@async_test
+async def test_pending_half_is_checked_after_restart(tmp_path: Path) -> None:
+    root = tmp_path / "s"
+    broker = make_broker(root, transactionTimeOut=300)
+    await broker.start()
+    c = await RemotingClient.connect("127.0.0.1", broker.port)
+    await send_half(c, "TxRe", "PGR", "U7")
+    resolved_q, resolved_p = await send_half(c, "TxRe", "PGR", "U8")
+    assert (await c.invoke(end_request("PGR", resolved_q, resolved_p, ROLLBACK, "U8"))).code == 0
+    await c.aclose()
+    await broker.stop()
+
+    broker = make_broker(root, transactionTimeOut=300, transactionCheckInterval=100)
+    assert broker.transactions.done == {1}  # the op record, found again in the store
+    await broker.start()
+    try:
+        checks: asyncio.Queue[RemotingCommand] = asyncio.Queue()
+        c = await RemotingClient.connect("127.0.0.1", broker.port, on_request=checks.put)
+        await heartbeat(c, "client-r", "PGR")
+        check = await asyncio.wait_for(checks.get(), 10)
+        ext = check.ext_fields or {}
+        assert ext["msgId"] == "U7"
+        c.invoke_oneway(
+            end_request(
+                "PGR",
+                int(ext["tranStateTableOffset"]),
+                int(ext["commitLogOffset"]),
+                COMMIT,
+                "U7",
+                from_check=True,
+            )
+        )
+        await wait_for(lambda: broker.store.get_max_offset_in_queue("TxRe", 1) == 1)
+        (real,) = stored(broker, "TxRe", 1)
+        assert real.properties["UNIQ_KEY"] == "U7"
+        await asyncio.sleep(0.4)
+        assert checks.empty()  # U8 was rolled back before the restart: never checked
+        await c.aclose()
+    finally:
+        await broker.stop()
+
+
+def test_iter_messages_sanity_of_check_body() -> None:
+    """The check body is one stored-format record (what the clients decode with MessageDecoder)."""
+    from rmqgate.server.transaction import check_request
+    from rmqgate.wire.message import MessageExt
+
+    half = MessageExt(
+        RMQ_SYS_TRANS_HALF_TOPIC,
+        b"payload",
+        queue_id=0,
+        queue_offset=7,
+        commit_log_offset=4096,
+        born_timestamp=1,
+        store_timestamp=2,
+        store_host=b"\x7f\x00\x00\x01",
+        store_port=10911,
+        properties={"REAL_TOPIC": "RT", "REAL_QID": "3", "UNIQ_KEY": "UK", "PGROUP": "G"},
+    )
+    cmd = check_request(half)
+    (msg,) = list(iter_messages(cmd.body or b""))
+    assert (msg.topic, msg.queue_id, msg.queue_offset, msg.commit_log_offset) == ("RT", 3, 7, 4096)
+    assert cmd.ext_fields == {
+        "tranStateTableOffset": "7",
+        "commitLogOffset": "4096",
+        "offsetMsgId": half.offset_msg_id,
+        "msgId": "UK",
+        "transactionId": "UK",
+    }
