@@ -87,11 +87,11 @@ class AdminBrokerProcessor(RequestProcessor):
             R.GET_SYSTEM_TOPIC_LIST_FROM_BROKER: self.get_system_topic_list,
         }
 
-    def process(self, channel: Channel, request: RemotingCommand) -> RemotingCommand:
+    def process(self, channel: Channel, request: RemotingCommand) -> Any:
         return self._handlers[request.code](channel, request)
 
     # -- topics --
-    def update_and_create_topic(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
+    def update_and_create_topic(self, channel: Channel, req: RemotingCommand) -> Any:
         h = CreateTopicRequestHeader.from_ext(req.ext_fields or {})
         if h.topic == self.broker.config.brokerClusterName:
             return req.response(
@@ -108,7 +108,13 @@ class AdminBrokerProcessor(RequestProcessor):
             h.topic, h.read_queue_nums, h.write_queue_nums, h.perm,
             filter_type=h.topic_filter_type or "SINGLE_TAG", sys_flag=h.topic_sys_flag or 0, order=h.order,
         )  # fmt: skip
-        self.broker.topics.put(tc)
+        self.broker.topics.put(tc, notify=False)
+        return self._registered(req)
+
+    async def _registered(self, req: RemotingCommand) -> RemotingCommand:
+        # Like registerIncrementBrokerData: the name servers know the topic before the client hears back
+        # (ali-ons and others look the route up right after creating a topic).
+        await self.broker.register_all()
         # Java answers SUCCESS but leaves createResponseCommand's default remark in place.
         return req.response(ResponseCode.SUCCESS, "not set any response code")
 

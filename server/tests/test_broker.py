@@ -431,8 +431,8 @@ async def test_admin_codes_and_unknown(Broker) -> None:
         assert json.loads(prod.body)["connectionSet"][0]["clientId"] == "cid"
         assert (await c.invoke(RemotingCommand.request(R.DELETE_TOPIC_IN_BROKER, {"topic": "ADM"}))).code == 0
         assert b.broker.topics.get("ADM") is None
-        unknown = await c.invoke(RemotingCommand.request(R.END_TRANSACTION, {}))
-        assert unknown.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED and "37" in unknown.remark
+        unknown = await c.invoke(RemotingCommand.request(4242, {}))
+        assert unknown.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED and "4242" in unknown.remark
         await c.aclose()
 
 
