@@ -1,0 +1,151 @@
+"""Delay levels on a real broker: SCHEDULE_TOPIC_XXXX, delivery when due, progress across restarts."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rmqgate.server.broker import BrokerController
+from rmqgate.server.client import RemotingClient
+from rmqgate.server.config import BrokerConfig, load_broker_conf
+from rmqgate.server.schedule import parse_delay_levels, timeup_message
+from rmqgate.server.testing import async_test
+from rmqgate.store.api import SCHEDULE_TOPIC
+from rmqgate.wire import RemotingCommand, ResponseCode
+from rmqgate.wire.codes import RequestCode as R
+from rmqgate.wire.message import MessageExt, decode_message, format_properties
+
+LEVELS = "1s 2s 3s"
+
+
+def make_broker(root: Path, levels: str = LEVELS) -> BrokerController:
+    config = BrokerConfig(brokerName="broker-d", listenPort=0, brokerIP1="127.0.0.1")
+    config.storePathRootDir = str(root)
+    config.mappedFileSizeCommitLog = 1 << 20
+    config.mappedFileSizeConsumeQueue = 6000
+    config.maxHashSlotNum = 5000
+    config.maxIndexNum = 20000
+    config.messageDelayLevel = levels
+    return BrokerController(config, listen_host="127.0.0.1", scan_interval=0.1)
+
+
+def delayed(topic: str, level: int | str, body: bytes, queue_id: int = 2) -> RemotingCommand:
+    props = {"DELAY": str(level), "UNIQ_KEY": body.hex(), "TAGS": "TagD"}
+    ext = {
+        "a": "PG", "b": topic, "c": "TBW102", "d": "4", "e": str(queue_id), "f": "0",
+        "g": str(int(time.time() * 1000)), "h": "0", "i": format_properties(props), "j": "0",
+        "k": "false", "m": "false",
+    }  # fmt: skip
+    return RemotingCommand.request(R.SEND_MESSAGE_V2, ext, body)
+
+
+def stored(broker: BrokerController, topic: str, queue_id: int) -> list[MessageExt]:
+    got = broker.store.get_messages(topic, queue_id, 0, 1000)
+    return [decode_message(bytes(b), 0) for b in got.buffers]
+
+
+async def wait_for(predicate: Any, timeout: float = 10.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        await asyncio.sleep(0.02)
+    raise AssertionError("condition not met in time")
+
+
+def test_parse_delay_levels() -> None:
+    assert parse_delay_levels("1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h")[18] == 7_200_000
+    assert parse_delay_levels("1s 2m 3h 1d") == {1: 1000, 2: 120_000, 3: 10_800_000, 4: 86_400_000}
+    with pytest.raises(ValueError):
+        parse_delay_levels("1s 2x")
+
+
+def test_delay_table_from_broker_conf(tmp_path: Path) -> None:
+    conf = tmp_path / "broker.conf"
+    conf.write_text("messageDelayLevel = 1s 2s 3s\n")
+    broker = make_broker(tmp_path / "s", levels=load_broker_conf(str(conf)).messageDelayLevel)
+    try:
+        assert broker.schedule.levels == {1: 1000, 2: 2000, 3: 3000}
+    finally:
+        broker.store.shutdown()
+
+
+def test_timeup_message_restores_the_real_topic() -> None:
+    msg = MessageExt(
+        SCHEDULE_TOPIC,
+        b"b",
+        queue_id=0,
+        properties={"DELAY": "1", "REAL_TOPIC": "RT", "REAL_QID": "3", "K": "v"},
+    )
+    real = timeup_message(msg)
+    assert (real.topic, real.queue_id) == ("RT", 3)
+    assert real.properties == {"REAL_TOPIC": "RT", "REAL_QID": "3", "K": "v"}
+
+
+@async_test
+async def test_delayed_message_arrives_when_due(tmp_path: Path) -> None:
+    broker = make_broker(tmp_path / "s")
+    await broker.start()
+    try:
+        c = await RemotingClient.connect("127.0.0.1", broker.port)
+        sent_at = time.time()
+        assert (await c.invoke(delayed("DT", 1, b"one"))).code == ResponseCode.SUCCESS
+        assert (await c.invoke(delayed("DT", 99, b"clamped"))).code == ResponseCode.SUCCESS
+        (parked,) = stored(broker, SCHEDULE_TOPIC, 0)
+        assert parked.properties["REAL_TOPIC"] == "DT" and parked.properties["REAL_QID"] == "2"
+        (clamped,) = stored(broker, SCHEDULE_TOPIC, 2)
+        assert clamped.properties["DELAY"] == "3"
+        assert broker.store.get_max_offset_in_queue("DT", 2) == 0
+        await wait_for(lambda: broker.store.get_max_offset_in_queue("DT", 2) >= 1, 5)
+        first_at = time.time()
+        (real,) = stored(broker, "DT", 2)
+        assert bytes(real.body) == b"one" and "DELAY" not in real.properties
+        assert real.properties["UNIQ_KEY"] == b"one".hex() and real.properties["TAGS"] == "TagD"
+        assert 1.0 <= (real.store_timestamp - parked.store_timestamp) / 1000 < 2.0
+        assert 0.9 <= first_at - sent_at < 2.5
+        await wait_for(lambda: broker.store.get_max_offset_in_queue("DT", 2) == 2, 6)
+        later = stored(broker, "DT", 2)[1]
+        assert bytes(later.body) == b"clamped"
+        assert 3.0 <= (later.store_timestamp - clamped.store_timestamp) / 1000 < 4.0
+        assert broker.store.meta.delay_offsets() == {1: 1, 3: 1}
+        # tags filter on the delivered message works (tagsCode recomputed from TAGS)
+        from rmqgate.wire.message import java_string_hash
+
+        assert (
+            broker.store.get_messages("DT", 2, 0, 10, tags_filter={java_string_hash("TagD")}).message_count
+            == 2
+        )
+        await c.aclose()
+    finally:
+        await broker.stop()
+
+
+@async_test
+async def test_restart_delivers_each_delayed_message_once(tmp_path: Path) -> None:
+    root = tmp_path / "s"
+    broker = make_broker(root)
+    await broker.start()
+    c = await RemotingClient.connect("127.0.0.1", broker.port)
+    assert (await c.invoke(delayed("DR", 1, b"early"))).code == 0
+    await wait_for(lambda: broker.store.get_max_offset_in_queue("DR", 2) == 1, 5)
+    for i in range(3):
+        assert (await c.invoke(delayed("DR", 2, b"late%d" % i))).code == 0
+    await c.aclose()
+    await broker.stop()  # the level-2 messages are not due yet
+
+    broker = make_broker(root)
+    assert broker.schedule.offsets == {1: 1}
+    await broker.start()
+    try:
+        await wait_for(lambda: broker.store.get_max_offset_in_queue("DR", 2) == 4, 6)
+        await asyncio.sleep(1.2)  # nothing more comes
+        bodies = [bytes(m.body) for m in stored(broker, "DR", 2)]
+        assert bodies == [b"early", b"late0", b"late1", b"late2"]
+        assert broker.store.meta.delay_offsets() == {1: 1, 2: 3}
+    finally:
+        await broker.stop()
