@@ -28,7 +28,7 @@ class IndexFile:
         self.index_num = index_num
         self.entries_pos = INDEX_HEADER_SIZE + hash_slot_num * INDEX_SLOT.size
         size = self.entries_pos + index_num * INDEX_ENTRY.size
-        self._file = _NamedMappedFile(path, size)
+        self._file = MappedFile(path, size, keep_fd=False)  # name: creation time, 17 digits
         self.buf = self._file.buf
         (
             self.begin_timestamp,
@@ -120,41 +120,16 @@ class IndexFile:
     def flush(self) -> None:
         count = self.index_count
         self._write_header()
-        self._file.flush_all()
+        self._file.sync()
         self.flushed_count = count
 
     def close(self) -> None:
-        if self._file.fd >= 0:
+        if self._file.is_open:
             self._write_header()
         self._file.close()
 
     def destroy(self) -> None:
         self._file.destroy()
-
-
-class _NamedMappedFile(MappedFile):
-    """A MappedFile whose name is a timestamp, not an offset."""
-
-    __slots__ = ()
-
-    def __init__(self, path: Path, size: int) -> None:
-        import mmap
-        import os
-
-        self.path = path
-        self.file_size = size
-        self.file_from_offset = 0
-        self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        if os.fstat(self._fd).st_size != size:
-            os.ftruncate(self._fd, size)
-        self.mm = mmap.mmap(self._fd, size)
-        self.buf = memoryview(self.mm)
-        self.wrote_position = self.flushed_position = 0
-
-    def flush_all(self) -> None:
-        import os
-
-        os.fdatasync(self._fd)
 
 
 class IndexService:

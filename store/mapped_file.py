@@ -21,8 +21,12 @@ def offset_to_file_name(offset: int) -> str:
 
 
 class MappedFile:
+    """One mapped segment. ``keep_fd=False`` (ConsumeQueue, index) closes the descriptor once mapped
+    (the mmap holds its own) and reopens it to sync: thousands of queues must not pin 2 fds each."""
+
     __slots__ = (
         "_fd",
+        "_open",
         "buf",
         "file_from_offset",
         "file_size",
@@ -32,7 +36,7 @@ class MappedFile:
         "wrote_position",
     )
 
-    def __init__(self, path: Path, file_size: int, *, create: bool = True) -> None:
+    def __init__(self, path: Path, file_size: int, *, create: bool = True, keep_fd: bool = True) -> None:
         self.path = path
         self.file_size = file_size
         self.file_from_offset = int(path.name)
@@ -45,21 +49,26 @@ class MappedFile:
             finally:
                 os.close(fd)
             os.rename(tmp, path)
-        self._fd = os.open(path, os.O_RDWR, 0o644)
+        fd = os.open(path, os.O_RDWR, 0o644)
         try:
-            if os.fstat(self._fd).st_size != file_size:
-                os.ftruncate(self._fd, file_size)
-            self.mm = mmap.mmap(self._fd, file_size)
+            if os.fstat(fd).st_size != file_size:
+                os.ftruncate(fd, file_size)
+            self.mm = mmap.mmap(fd, file_size)
         except BaseException:
-            os.close(self._fd)
+            os.close(fd)
             raise
+        if not keep_fd:
+            os.close(fd)
+            fd = -1
+        self._fd = fd
+        self._open = True
         self.buf = memoryview(self.mm)
         self.wrote_position = 0
         self.flushed_position = 0
 
     @property
-    def fd(self) -> int:
-        return self._fd
+    def is_open(self) -> bool:
+        return self._open
 
     @property
     def end_offset(self) -> int:
@@ -68,16 +77,27 @@ class MappedFile:
     def is_full(self) -> bool:
         return self.wrote_position >= self.file_size
 
+    def sync(self) -> None:
+        """fdatasync the file (its dirty mapped pages included); releases the GIL meanwhile."""
+        if self._fd >= 0:
+            os.fdatasync(self._fd)
+            return
+        fd = os.open(self.path, os.O_RDWR)
+        try:
+            os.fdatasync(fd)
+        finally:
+            os.close(fd)
+
     def flush(self) -> int:
-        """fdatasync what was written since the last flush; returns the flushed position."""
+        """Sync what was written since the last flush; returns the flushed position."""
         pos = self.wrote_position
         if pos > self.flushed_position:
-            os.fdatasync(self._fd)
+            self.sync()
             self.flushed_position = pos
         return self.flushed_position
 
     def last_modified(self) -> float:
-        return os.fstat(self._fd).st_mtime
+        return os.stat(self.path).st_mtime
 
     def zero_from(self, pos: int) -> None:
         """Zero every non-zero byte from ``pos`` to the end (torn tails must not resurface later)."""
@@ -89,15 +109,17 @@ class MappedFile:
             pos = end
 
     def close(self) -> None:
-        if self._fd < 0:
+        if not self._open:
             return
+        self._open = False
         try:
             self.buf.release()
             self.mm.close()
         except BufferError:
             pass  # zero-copy views still alive; the mapping goes when they do
-        os.close(self._fd)
-        self._fd = -1
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
 
     def destroy(self) -> None:
         self.close()
@@ -110,9 +132,10 @@ class MappedFile:
 class MappedFileQueue:
     """Ordered segments of one log (the CommitLog, or one ConsumeQueue)."""
 
-    def __init__(self, store_path: Path, mapped_file_size: int) -> None:
+    def __init__(self, store_path: Path, mapped_file_size: int, *, keep_fd: bool = True) -> None:
         self.store_path = Path(store_path)
         self.mapped_file_size = mapped_file_size
+        self.keep_fd = keep_fd
         self.files: list[MappedFile] = []
         self.flushed_where = 0
         self._lock = threading.Lock()
@@ -125,7 +148,7 @@ class MappedFileQueue:
             if p.stat().st_size != self.mapped_file_size:
                 # RocketMQ refuses to load; a wrong-size file means a foreign or damaged store
                 raise ValueError(f"{p}: size {p.stat().st_size} != mapped file size {self.mapped_file_size}")
-            f = MappedFile(p, self.mapped_file_size, create=False)
+            f = MappedFile(p, self.mapped_file_size, create=False, keep_fd=self.keep_fd)
             f.wrote_position = f.flushed_position = self.mapped_file_size
             self.files.append(f)
 
@@ -148,7 +171,9 @@ class MappedFileQueue:
         else:
             create_offset = last.file_from_offset + self.mapped_file_size
         self.store_path.mkdir(parents=True, exist_ok=True)
-        f = MappedFile(self.store_path / offset_to_file_name(create_offset), self.mapped_file_size)
+        f = MappedFile(
+            self.store_path / offset_to_file_name(create_offset), self.mapped_file_size, keep_fd=self.keep_fd
+        )
         with self._lock:
             self.files.append(f)
         return f
