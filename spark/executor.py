@@ -237,6 +237,124 @@ def run_task(
         gc.collect()
 
 
+# --- the shared engine (tools/replay.py) -----------------------------------------------------------
+
+
+@dataclass(slots=True)
+class SharedUnit:
+    """One (connection, clone) for tools/replay's engine: its PlannedConnection and our names for it."""
+
+    key: str
+    clone: int
+    role: str
+    conn: Any  # rmqgate.tools.replay.PlannedConnection (conn_id unique in the task)
+    messages: list[int]  # messages each request stores (SENDs), by request index
+
+
+def _status(o: Any, oneway: bool) -> str:
+    if o.response_code is not None:
+        return "ok"
+    if o.error:
+        return "timeout" if o.error == "timeout" else "conn_error"
+    return "oneway" if oneway else "unanswered"
+
+
+async def _replay_shared(
+    units: list[SharedUnit],
+    brokers: dict[str, str],
+    namesrv: str,
+    start_at: float,
+    opts: ReplayOptions,
+    task: int,
+    topic_map: dict[str, str],
+    broker_map: dict[str, str],
+) -> list[tuple[Any, ...]]:
+    from rmqgate.tools.replay import ReplayOptions as SharedOptions
+    from rmqgate.tools.replay import replay_connections
+
+    delay = start_at - time.time()
+    if delay > 0:
+        await asyncio.sleep(delay)
+    shared = SharedOptions(
+        speed=opts.speed,
+        topic_map=topic_map,
+        broker_map=broker_map,
+        request_timeout=opts.timeout,
+        connect_timeout=opts.connect_timeout,
+        unanswered_timeout=opts.grace,
+    )
+    outcomes = await replay_connections(
+        [u.conn for u in units], namesrv, shared, plan_start=0.0, brokers=brokers
+    )
+    by_id = {u.conn.conn_id: u for u in units}
+    seqs: dict[int, int] = {}
+    rows = []
+    for o in outcomes:
+        u = by_id[o.conn_id]
+        if o.kind == "request":
+            seq = seqs.get(o.conn_id, 0)
+            seqs[o.conn_id] = seq + 1
+            req = u.conn.requests[seq] if seq < len(u.conn.requests) else None
+        else:  # an END_TRANSACTION answering the target's CHECK_TRANSACTION_STATE
+            seq, req = -1, None
+        oneway = bool(req.oneway) if req is not None else False
+        latency = o.latency_ms
+        expected = -1 if o.recorded_code is None else int(o.recorded_code)
+        resp = -1 if o.response_code is None else int(o.response_code)
+        rows.append(
+            (
+                task,
+                u.key,
+                u.clone,
+                u.role,
+                "",
+                seq,
+                int(o.code),
+                o.topic,
+                _status(o, oneway),
+                resp,
+                expected,
+                bool(o.mismatch),
+                u.messages[seq] if 0 <= seq < len(u.messages) else 0,
+                (req.ts / opts.speed if opts.speed else 0.0) if req is not None else -1.0,
+                o.sent - start_at,
+                latency if latency is not None else -1.0,
+                len(req.raw) if req is not None else 0,
+                0,
+                o.error,
+            )
+        )
+    return rows
+
+
+def run_task_shared(
+    units: Iterable[SharedUnit],
+    brokers: dict[str, str],
+    namesrv: str,
+    start_at: float,
+    opts: ReplayOptions,
+    task: int = 0,
+    topic_map: dict[str, str] | None = None,
+    broker_map: dict[str, str] | None = None,
+) -> list[tuple[Any, ...]]:
+    """Like ``run_task`` with tools/replay's engine (cross-connection causality within the task, offset
+    translation, long-poll suspend scaling, CHECK_TRANSACTION_STATE answers)."""
+    units = list(units)
+    if not units:
+        return []
+    gc.collect()
+    gc.freeze()
+    gc.disable()
+    try:
+        return asyncio.run(
+            _replay_shared(units, brokers, namesrv, start_at, opts, task, topic_map or {}, broker_map or {})
+        )
+    finally:
+        gc.enable()
+        gc.unfreeze()
+        gc.collect()
+
+
 def task_id() -> int:
     try:
         from pyspark import TaskContext

@@ -26,18 +26,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rmqgate.spark.executor import OUTCOME_DDL, ReplayOptions, run_task
+from rmqgate.spark.executor import OUTCOME_DDL, ReplayOptions, SharedUnit, run_task, run_task_shared
 from rmqgate.spark.frames import FRAME_COLUMNS, FRAME_DDL, rows_from_bytes
 from rmqgate.spark.plan import (
+    SEND_CODES,
     broker_names_from_routes,
     build_conn_plan,
     masters_from_cluster_info,
+    message_count,
+    planned_connection,
     resolve_targets,
     role_of,
     route_bodies_from_rows,
 )
+from rmqgate.tools.capture import Role
 from rmqgate.wire.codes import RequestCode, ResponseCode
 from rmqgate.wire.command import RemotingCommand
+from rmqgate.wire.frame import decode_frame
 
 QUIET_LOG4J = Path(__file__).with_name("log4j2-quiet.properties")
 PLAN_COLUMNS = (
@@ -75,6 +80,7 @@ class JobOptions:
     start_delay: float = 0.5
     topic_map: dict[str, str] = field(default_factory=dict)
     broker_map: dict[str, str] = field(default_factory=dict)  # recorded broker name -> target name
+    engine: str = "shared"  # "shared": tools/replay.py's engine in each task; "builtin": spark/executor.py's
     frames_cache: str | None = None
     outcomes: str | None = None
     report: str | None = None
@@ -323,8 +329,10 @@ def run_job(spark: Any, opts: JobOptions) -> dict[str, Any]:
             .collect()
         )
     )
-    names = {addr: opts.broker_map.get(name, name) for addr, name in names.items()}
-    targets = resolve_targets([(role, server) for server, role in roles.items()], names, masters, opts.target)
+    mapped = {addr: opts.broker_map.get(name, name) for addr, name in names.items()}
+    targets = resolve_targets(
+        [(role, server) for server, role in roles.items()], mapped, masters, opts.target
+    )
     unroutable = sorted(s for s, a in targets.items() if not a)
     if unroutable:
         _say(opts, f"warning: no target broker for {', '.join(unroutable)} (target brokers: {masters})")
@@ -340,9 +348,18 @@ def run_job(spark: Any, opts: JobOptions) -> dict[str, Any]:
             return []
         return [((row["conn"], k), row) for k in range(scale)]
 
+    shared = opts.engine == "shared"
+    unit_ids = {key: i for i, key in enumerate(sorted(weights))}
+
     def build(kv: tuple[tuple[str, int], Any]) -> Any:
         (conn, clone), rows = kv
-        return build_conn_plan(conn, rows, origin[conn], clone, topic_map)
+        if not shared:
+            return build_conn_plan(conn, rows, origin[conn], clone, topic_map)
+        pc = planned_connection(rows, origin[conn], clone, unit_ids[(conn, clone)], names)
+        if pc is None:
+            return None
+        messages = [message_count(decode_frame(r.raw)) if r.code in SEND_CODES else 0 for r in pc.requests]
+        return SharedUnit(conn, clone, "namesrv" if pc.role == Role.NAMESRV else "broker", pc, messages)
 
     plans = (
         frames.select(*PLAN_COLUMNS)
@@ -353,7 +370,7 @@ def run_job(spark: Any, opts: JobOptions) -> dict[str, Any]:
         .persist()
     )
     n_plans = plans.count()
-    n_requests = plans.map(lambda p: len(p.steps)).sum()
+    n_requests = plans.map(lambda p: len(p.conn.requests) if shared else len(p.steps)).sum()
     plan_s = time.perf_counter() - t
     _say(
         opts,
@@ -366,7 +383,15 @@ def run_job(spark: Any, opts: JobOptions) -> dict[str, Any]:
     if not opts.outcomes:
         outcomes_path = os.path.join(outcomes_path, "outcomes.parquet")
     start_at = time.time() + opts.start_delay
-    replay = plans.mapPartitionsWithIndex(lambda i, it: run_task(list(it), targets, start_at, ropts, i))
+    target, broker_map = opts.target, dict(opts.broker_map)
+    if shared:
+        replay = plans.mapPartitionsWithIndex(
+            lambda i, it: run_task_shared(
+                list(it), masters, target, start_at, ropts, i, topic_map, broker_map
+            )
+        )
+    else:
+        replay = plans.mapPartitionsWithIndex(lambda i, it: run_task(list(it), targets, start_at, ropts, i))
     t = time.perf_counter()
     _say(opts, f"replaying against {opts.target} at speed {opts.speed or 'max'} ...")
     spark.createDataFrame(replay, OUTCOME_DDL).write.mode("overwrite").parquet(outcomes_path)
@@ -382,6 +407,7 @@ def run_job(spark: Any, opts: JobOptions) -> dict[str, Any]:
         "partitions": partitions,
         "scale": opts.scale,
         "speed": opts.speed if opts.speed else "max",
+        "engine": opts.engine,
         "inputs": list(opts.inputs),
         "target": opts.target,
         "target_brokers": masters,

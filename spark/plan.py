@@ -286,6 +286,73 @@ def build_conn_plan(
     return plan if plan.steps else None
 
 
+def planned_connection(
+    rows: Iterable[Any],
+    t0: float,
+    clone: int,
+    conn_id: int,
+    broker_names: Mapping[str, str] | None = None,
+) -> Any:
+    """The connection as tools/replay's engine plans it (``PlannedConnection``), clone identity applied,
+    times relative to ``t0`` (the start of its input; plan_start 0 for the engine); None if it is not to
+    be replayed. ``conn_id`` must be unique within one replay call."""
+    from rmqgate.tools.capture import Role
+    from rmqgate.tools.replay import SEND_CODES as _SEND
+    from rmqgate.tools.replay import PlannedConnection, PlannedRequest, header_ext
+
+    rows = sorted(rows, key=lambda r: _get(r, "idx"))
+    if not rows:
+        return None
+    role = connection_role(rows)
+    if role == "broker-self":
+        return None
+    server = _get(rows[0], "server")
+    names = broker_names or {}
+    pc = PlannedConnection(
+        conn_id,
+        Role.NAMESRV if role == "namesrv" else Role.BROKER,
+        server,
+        names.get(server) or names.get(_vip_partner(server)),
+    )
+    pending: dict[int, Any] = {}
+    server_reqs: dict[int, int] = {}
+    for r in rows:
+        if _get(r, "error"):
+            continue
+        raw = bytes(_get(r, "raw"))
+        opaque = _get(r, "opaque")
+        if _get(r, "direction") == "c2s":
+            if not _get(r, "is_request"):
+                code = server_reqs.pop(opaque, None)
+                if code is not None:
+                    pc.answers.setdefault(code, []).append(raw)
+                continue
+            cmd = decode_frame(raw)
+            if clone_request(cmd, clone):
+                raw = encode_frame(cmd)
+            ext = header_ext(raw)
+            req = PlannedRequest(_get(r, "ts") - t0, raw, cmd.code, opaque, cmd.flag, ext)
+            from_check = ext.get("fromTransactionCheck") in ("true", "1")
+            if cmd.code == RequestCode.END_TRANSACTION and from_check:
+                pc.check_answers[
+                    ext.get("msgId") or ext.get("transactionId") or str(len(pc.check_answers))
+                ] = req
+            else:
+                pc.requests.append(req)
+            pending[opaque] = req
+        elif _get(r, "is_request"):
+            server_reqs[opaque] = _get(r, "code")
+        else:
+            req = pending.pop(opaque, None)
+            if req is None:
+                continue
+            req.resp_ts = _get(r, "ts") - t0
+            req.resp_code = _get(r, "code")
+            if req.code in _SEND or req.code == RequestCode.END_TRANSACTION:
+                req.resp_ext = dict(decode_frame(raw).ext_fields or {})
+    return pc if pc.requests or pc.check_answers else None
+
+
 # --- routing --------------------------------------------------------------------------------------
 
 

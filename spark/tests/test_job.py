@@ -56,9 +56,12 @@ def max_offsets(namesrv: str, topic: str) -> list[int]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("capture", ["a_SyncSendPushConsume", "c_BatchSend"])
+@pytest.mark.parametrize(
+    ("capture", "engine"),
+    [("a_SyncSendPushConsume", "shared"), ("c_BatchSend", "shared"), ("c_BatchSend", "builtin")],
+)
 def test_replay_against_rmqgate_lands_every_send(
-    spark, rmqgate, corpus: Path, tmp_path: Path, capture: str
+    spark, rmqgate, corpus: Path, tmp_path: Path, capture: str, engine: str
 ) -> None:
     path = corpus / "pcap" / f"{capture}.pcap"
     scale = 2
@@ -72,6 +75,7 @@ def test_replay_against_rmqgate_lands_every_send(
         scale=scale,
         speed=1.0,
         timeout=20.0,
+        engine=engine,
         frames_cache=str(tmp_path / "frames"),
         outcomes=str(tmp_path / "outcomes.parquet"),
         report=str(tmp_path / "report.json"),
