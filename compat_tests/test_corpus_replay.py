@@ -59,6 +59,7 @@ class Context:
     long_poll: bool  # the recorded broker held this pull
     unregisters_later: bool  # the same connection sends UNREGISTER_CLIENT after this request
     created_in_capture_before: bool  # an earlier request in the capture created/auto-created the topic
+    delayed_delivery: bool  # a delayed (DELAY / send-back) message was due to land in this queue
 
 
 def allowance(code: int, topic: str | None, recorded: int, got: int, ctx: Context) -> str | None:
@@ -71,6 +72,15 @@ def allowance(code: int, topic: str | None, recorded: int, got: int, ctx: Contex
             # checks; the replay shortens suspends, so it may wake after the consumer already
             # unregistered, which Java answers with 24 as well.
             return "long poll re-run after the consumer unregistered"
+        if (
+            ctx.delayed_delivery
+            and recorded in (SUCCESS, PULL_NOT_FOUND)
+            and got == ResponseCode.PULL_OFFSET_MOVED
+        ):
+            # Delay levels run in real time (level 2 = 5 s) while the replay runs at full speed:
+            # the recorded pull asks for an offset the delayed message had already filled on
+            # the recorded broker, which the target's queue has not reached yet.
+            return "delayed delivery not yet due in the sped-up replay"
         if ctx.long_poll and {recorded, got} <= {SUCCESS, PULL_NOT_FOUND}:
             # A parked pull answers 0 if a message for its queue arrives during the suspend, else
             # 19 at the (replay-shortened) suspend timeout: arrival timing decides, not the broker.
@@ -111,6 +121,17 @@ def contexts(plan, pairs) -> list[Context]:
                 t = recorded_topic(req)
                 if t and (t not in created or req.ts < created[t]):
                     created[t] = req.ts
+    delayed: list[tuple[float, str, str | None]] = []  # (ts, topic, queue id or None for any)
+    for pc in plan.replayable:
+        for req in pc.requests:
+            if req.code in SEND_CODES and "DELAY\x01" in (
+                req.ext.get("i") or req.ext.get("properties") or ""
+            ):
+                delayed.append(
+                    (req.ts, recorded_topic(req) or "", req.ext.get("e") or req.ext.get("queueId"))
+                )
+            elif req.code == RequestCode.CONSUMER_SEND_MSG_BACK:
+                delayed.append((req.ts, f"%RETRY%{req.ext.get('group', '')}", None))
     last_unregister = {
         pc.conn_id: max((r.ts for r in pc.requests if r.code == RequestCode.UNREGISTER_CLIENT), default=-1.0)
         for pc in plan.replayable
@@ -123,6 +144,10 @@ def contexts(plan, pairs) -> list[Context]:
                 long_poll=o.long_poll,
                 unregisters_later=last_unregister[pc.conn_id] > req.ts,
                 created_in_capture_before=t in created and created[t] < req.ts,
+                delayed_delivery=any(
+                    ts < req.ts and topic == t and q in (None, req.ext.get("queueId"))
+                    for ts, topic, q in delayed
+                ),
             )
         )
     return out
