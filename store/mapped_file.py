@@ -6,6 +6,7 @@ GIL, unlike ``mmap.flush``), which writes back the shared mapping's dirty pages.
 
 from __future__ import annotations
 
+import errno
 import mmap
 import os
 import threading
@@ -41,13 +42,25 @@ class MappedFile:
         self.file_size = file_size
         self.file_from_offset = int(path.name)
         if create and not path.exists():
-            # sized under a temporary name, then renamed: a crash never leaves a short segment
+            # sized under a temporary name, then renamed: a crash never leaves a short segment.
+            # CommitLog blocks are allocated up front: a full disk fails here, not as SIGBUS later.
             tmp = path.with_name(path.name + ".tmp")
             fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
             try:
-                os.ftruncate(fd, file_size)
-            finally:
+                if keep_fd:  # the CommitLog; ConsumeQueue and index files stay sparse
+                    try:
+                        os.posix_fallocate(fd, 0, file_size)
+                    except OSError as exc:
+                        if exc.errno == errno.ENOSPC:
+                            raise
+                        os.ftruncate(fd, file_size)  # no fallocate on this filesystem
+                else:
+                    os.ftruncate(fd, file_size)
+            except BaseException:
                 os.close(fd)
+                tmp.unlink(missing_ok=True)
+                raise
+            os.close(fd)
             os.rename(tmp, path)
         fd = os.open(path, os.O_RDWR, 0o644)
         try:

@@ -74,7 +74,8 @@ _TX_PREPARED = MessageSysFlag.TRANSACTION_PREPARED
 _TX_ROLLBACK = MessageSysFlag.TRANSACTION_ROLLBACK
 _unpack_prefix = RECORD_PREFIX.unpack_from
 _TS = struct.Struct(">q")  # STORETIMESTAMP, read at store_timestamp_pos(sysFlag)
-_CLEAN_FORCIBLY_RATIO = 85
+_CLEAN_FORCIBLY_RATIO = 85  # diskSpaceCleanForciblyRatio: delete regardless of age
+_DISK_WARNING_RATIO = 90  # diskSpaceWarningLevelRatio: stop accepting writes
 _log = logging.getLogger(__name__)
 
 
@@ -312,6 +313,7 @@ class DefaultMessageStore:
         self._listeners: list[ArrivalListener] = []
         self._valid_topics: set[str] = set()
         self._logics_error = False  # a dispatch failed: refuse writes (RocketMQ's makeLogicsQueueError)
+        self._disk_full = False  # disk over DISK_WARNING_RATIO: refuse writes until cleanup frees space
         self._last_store_ts = 0
         self._shutdown = True
         self._physical_memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
@@ -563,7 +565,7 @@ class DefaultMessageStore:
 
     def _prepare(self, msg: MessageExt) -> PutMessageStatus | None:
         """Checks and rewrites before encoding (``CommitLog.putMessage`` / ``checkStoreStatus``)."""
-        if self._shutdown or self._logics_error:
+        if self._shutdown or self._logics_error or self._disk_full:
             return PutMessageStatus.SERVICE_NOT_AVAILABLE
         if msg.topic not in self._valid_topics and not self._check_topic(msg.topic):
             return PutMessageStatus.MESSAGE_ILLEGAL
@@ -1020,6 +1022,7 @@ class DefaultMessageStore:
         usage = shutil.disk_usage(self.root)
         ratio = usage.used * 100 / usage.total if usage.total else 0
         spacefull = ratio > cfg.disk_max_used_space_ratio
+        self._disk_full = ratio > _DISK_WARNING_RATIO  # like RunningFlags DISK_FULL
         deleted = 0
         if timeup or spacefull or force:
             q = self.commitlog.queue

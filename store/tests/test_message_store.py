@@ -428,3 +428,29 @@ def test_offset_by_time_picks_exact_or_closest(tmp_path: Path, monkeypatch: pyte
         assert s.get_offset_in_queue_by_time("nope", 0, 1) == 0
     finally:
         s.shutdown()
+
+
+def test_disk_full_refuses_writes_and_cleans_forcibly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import collections
+
+    import rmqgate.store.message_store as ms
+
+    Usage = collections.namedtuple("Usage", "total used free")
+    usage = {"used": 50}
+    monkeypatch.setattr(ms.shutil, "disk_usage", lambda _p: Usage(100, usage["used"], 100 - usage["used"]))
+    s = DefaultMessageStore.open(cfg(tmp_path, file_reserved_time=72, delete_when="99"), start_services=False)
+    try:
+        for _ in range(60):
+            s.put_message(msg(body=os.urandom(900)))
+        assert s.clean_expired_files() == 0  # 50%: nothing to do
+        usage["used"] = 95
+        deleted = s.clean_expired_files()  # over 85%: delete even young segments (max 10 a round)
+        assert deleted > 0 and s.get_min_phy_offset() > 0
+        assert s.put_message(msg()).status is PutMessageStatus.SERVICE_NOT_AVAILABLE  # over 90%
+        usage["used"] = 60
+        s.clean_expired_files()
+        assert s.put_message(msg()).status is PutMessageStatus.PUT_OK
+    finally:
+        s.shutdown()
