@@ -296,20 +296,21 @@ class ClientManageProcessor(RequestProcessor):
     def __init__(self, broker: BrokerController) -> None:
         self.broker = broker
 
-    def process(self, channel: Channel, request: RemotingCommand) -> RemotingCommand:
+    def process(self, channel: Channel, request: RemotingCommand) -> Any:
         if request.code == RequestCode.HEART_BEAT:
             return self.heart_beat(channel, request)
         if request.code == RequestCode.UNREGISTER_CLIENT:
             return self.unregister_client(channel, request)
         return self.check_client_config(channel, request)
 
-    def heart_beat(self, channel: Channel, request: RemotingCommand) -> RemotingCommand:
+    def heart_beat(self, channel: Channel, request: RemotingCommand) -> Any:
         data = loads_object(request.body, "HeartbeatData")
         client_id = str(data.get("clientID") or data.get("clientId") or "")
         broker = self.broker
         broker.watch_channel(channel)
         channel.client_id = client_id
         info_args = (channel, client_id, request.language, request.version)
+        created = False
         for cd in data.get("consumerDataSet") or ():
             if not isinstance(cd, dict):
                 raise BodyError("HeartbeatData: consumerDataSet entries must be objects")
@@ -319,8 +320,10 @@ class ClientManageProcessor(RequestProcessor):
             if sgc is not None:
                 notify = bool(sgc.get("notifyConsumerIdsChangedEnable", True))
                 sys_flag = TOPIC_SYS_FLAG_UNIT_SUB if cd.get("unitMode") else 0
+                retry_topic = RETRY_GROUP_TOPIC_PREFIX + group
+                created = created or broker.topics.get(retry_topic) is None
                 broker.topics.create_in_send_back(
-                    RETRY_GROUP_TOPIC_PREFIX + group, int(sgc.get("retryQueueNums", 1)), PERM_RW, sys_flag
+                    retry_topic, int(sgc.get("retryQueueNums", 1)), PERM_RW, sys_flag
                 )
             subs = [
                 SubscriptionData.from_json(s)
@@ -339,7 +342,13 @@ class ClientManageProcessor(RequestProcessor):
         for pd in data.get("producerDataSet") or ():
             if isinstance(pd, dict):
                 broker.producers.register(str(pd.get("groupName") or ""), ClientChannelInfo(*info_args))
+        if created:  # a new %RETRY% topic: answer once the name servers know it, like Java
+            return self._registered(request.response(ResponseCode.SUCCESS))
         return request.response(ResponseCode.SUCCESS)
+
+    async def _registered(self, response: RemotingCommand) -> RemotingCommand:
+        await self.broker.register_all()
+        return response
 
     def unregister_client(self, channel: Channel, request: RemotingCommand) -> RemotingCommand:
         h = UnregisterClientRequestHeader.from_ext(request.ext_fields or {})

@@ -19,8 +19,9 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from rmqgate.server.jsonbody import dumpb, dumps, ext_int, ext_str, loads, loads_object, opt_bool, opt_str
+from rmqgate.server.jsonbody import dumpb, dumps, loads, loads_object
 from rmqgate.server.remoting import Channel, RequestProcessor
+from rmqgate.wire import headers as H
 from rmqgate.wire.codes import MQVersion, RequestCode, ResponseCode
 from rmqgate.wire.command import RemotingCommand
 from rmqgate.wire.errors import BodyError
@@ -465,26 +466,25 @@ class NamesrvProcessor(RequestProcessor):
 
     # -- kv --
     def put_kv_config(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
-        ext = req.ext_fields
-        h = "PutKVConfigRequestHeader"
-        self.kv.put(ext_str(ext, "namespace", h), ext_str(ext, "key", h), ext_str(ext, "value", h))
+        h = H.PutKVConfigRequestHeader.from_ext(req.ext_fields or {})
+        self.kv.put(h.namespace, h.key, h.value)
         return req.response(ResponseCode.SUCCESS)
 
     def get_kv_config(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
-        h = "GetKVConfigRequestHeader"
-        ns, key = ext_str(req.ext_fields, "namespace", h), ext_str(req.ext_fields, "key", h)
+        h = H.GetKVConfigRequestHeader.from_ext(req.ext_fields or {})
+        ns, key = h.namespace, h.key
         value = self.kv.get(ns, key)
         if value is not None:
             return req.response(ResponseCode.SUCCESS, ext_fields={"value": value})
         return req.response(ResponseCode.QUERY_NOT_FOUND, f"No config item, Namespace: {ns} Key: {key}", {})
 
     def delete_kv_config(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
-        h = "DeleteKVConfigRequestHeader"
-        self.kv.delete(ext_str(req.ext_fields, "namespace", h), ext_str(req.ext_fields, "key", h))
+        h = H.DeleteKVConfigRequestHeader.from_ext(req.ext_fields or {})
+        self.kv.delete(h.namespace, h.key)
         return req.response(ResponseCode.SUCCESS)
 
     def get_kv_list(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
-        ns = ext_str(req.ext_fields, "namespace", "GetKVListByNamespaceRequestHeader")
+        ns = H.GetKVListByNamespaceRequestHeader.from_ext(req.ext_fields or {}).namespace
         body = self.kv.kv_list(ns)
         if body is not None:
             return req.response(ResponseCode.SUCCESS, body=body)
@@ -492,15 +492,8 @@ class NamesrvProcessor(RequestProcessor):
 
     # -- brokers --
     def register_broker(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
-        ext = req.ext_fields
-        h = "RegisterBrokerRequestHeader"
-        broker_name = ext_str(ext, "brokerName", h)
-        broker_addr = ext_str(ext, "brokerAddr", h)
-        cluster = ext_str(ext, "clusterName", h)
-        ha_addr = ext_str(ext, "haServerAddr", h)
-        broker_id = ext_int(ext, "brokerId", h)
-        compressed = opt_bool(ext, "compressed")
-        crc = int(opt_str(ext, "bodyCrc32", "0") or 0)
+        h = H.RegisterBrokerRequestHeader.from_ext(req.ext_fields or {})
+        compressed, crc = h.compressed, h.body_crc32
         body = req.body
         if crc != 0 and (zlib.crc32(body or b"") & 0x7FFFFFFF) != crc:
             log.warning("REGISTER_BROKER from %s: body CRC32 mismatch", channel.remote_addr)
@@ -516,7 +509,14 @@ class NamesrvProcessor(RequestProcessor):
             channel.attrs["namesrv_close_hook"] = True
             channel.add_close_listener(self.routes.on_channel_destroy)
         ha, master = self.routes.register_broker(
-            cluster, broker_addr, broker_name, broker_id, ha_addr, wrapper, filters, channel
+            h.cluster_name,
+            h.broker_addr,
+            h.broker_name,
+            h.broker_id,
+            h.ha_server_addr,
+            wrapper,
+            filters,
+            channel,
         )
         out: dict[str, str] = {}
         if ha:
@@ -528,22 +528,12 @@ class NamesrvProcessor(RequestProcessor):
         )
 
     def unregister_broker(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
-        ext = req.ext_fields
-        h = "UnRegisterBrokerRequestHeader"
-        self.routes.unregister_broker(
-            ext_str(ext, "clusterName", h),
-            ext_str(ext, "brokerAddr", h),
-            ext_str(ext, "brokerName", h),
-            ext_int(ext, "brokerId", h),
-        )
+        h = H.UnRegisterBrokerRequestHeader.from_ext(req.ext_fields or {})
+        self.routes.unregister_broker(h.cluster_name, h.broker_addr, h.broker_name, h.broker_id)
         return req.response(ResponseCode.SUCCESS)
 
     def query_data_version(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
-        ext = req.ext_fields
-        h = "QueryDataVersionRequestHeader"
-        broker_addr = ext_str(ext, "brokerAddr", h)
-        for name in ("brokerName", "clusterName", "brokerId"):
-            ext_str(ext, name, h)
+        broker_addr = H.QueryDataVersionRequestHeader.from_ext(req.ext_fields or {}).broker_addr
         version = loads_object(req.body, "DataVersion")
         changed = self.routes.is_broker_topic_config_changed(broker_addr, version)
         if not changed:
@@ -556,7 +546,8 @@ class NamesrvProcessor(RequestProcessor):
 
     # -- routes --
     def get_route_info_by_topic(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
-        topic = ext_str(req.ext_fields, "topic", "GetRouteInfoRequestHeader")
+        h = H.GetRouteInfoRequestHeader.from_ext(req.ext_fields or {})
+        topic = h.topic
         route = self.routes.pickup_topic_route_data(topic)
         if route is None:
             return req.response(
@@ -568,19 +559,19 @@ class NamesrvProcessor(RequestProcessor):
             if conf is not None:
                 route = {**route, "orderTopicConf": conf}
                 route = dict(sorted(route.items()))
-        standard = req.version >= MQVersion.V4_9_4 or opt_bool(req.ext_fields, "acceptStandardJsonOnly")
+        standard = req.version >= MQVersion.V4_9_4 or bool(h.accept_standard_json_only)
         return req.response(ResponseCode.SUCCESS, body=dumpb(route, standard=standard))
 
     def get_broker_cluster_info(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
         return req.response(ResponseCode.SUCCESS, body=dumpb(self.routes.cluster_info()))
 
     def wipe_write_perm(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
-        name = ext_str(req.ext_fields, "brokerName", "WipeWritePermOfBrokerRequestHeader")
+        name = H.WipeWritePermOfBrokerRequestHeader.from_ext(req.ext_fields or {}).broker_name
         count = self.routes.wipe_write_perm(name)
         return req.response(ResponseCode.SUCCESS, ext_fields={"wipeTopicCount": str(count)})
 
     def add_write_perm(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
-        name = ext_str(req.ext_fields, "brokerName", "AddWritePermOfBrokerRequestHeader")
+        name = H.AddWritePermOfBrokerRequestHeader.from_ext(req.ext_fields or {}).broker_name
         count = self.routes.wipe_write_perm(name, add=True)
         return req.response(ResponseCode.SUCCESS, ext_fields={"addTopicCount": str(count)})
 
@@ -596,8 +587,8 @@ class NamesrvProcessor(RequestProcessor):
         return self._topic_list(req, list(self.routes.topic_queue_table))
 
     def delete_topic(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
-        topic = ext_str(req.ext_fields, "topic", "DeleteTopicInNamesrvRequestHeader")
-        cluster = opt_str(req.ext_fields, "clusterName")
+        h = H.DeleteTopicFromNamesrvRequestHeader.from_ext(req.ext_fields or {})
+        topic, cluster = h.topic, h.cluster_name
         if cluster:
             names = self.routes.cluster_addr_table.get(cluster, set())
             qds = self.routes.topic_queue_table.get(topic, {})
@@ -611,7 +602,7 @@ class NamesrvProcessor(RequestProcessor):
         return req.response(ResponseCode.SUCCESS)
 
     def get_topics_by_cluster(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
-        cluster = ext_str(req.ext_fields, "cluster", "GetTopicsByClusterRequestHeader")
+        cluster = H.GetTopicsByClusterRequestHeader.from_ext(req.ext_fields or {}).cluster
         return self._topic_list(req, self.routes.topics_by_cluster(cluster))
 
     def get_system_topic_list(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:

@@ -12,6 +12,7 @@ import asyncio
 import ipaddress
 import json
 import random
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from rmqgate.server.remoting import Channel, RequestProcessor
@@ -140,10 +141,25 @@ class SendMessageProcessor(RequestProcessor):
         topic = h.topic
         tc = self.topic_table.get(topic)
         if tc is None or topic in NOT_ALLOWED_SEND_TOPICS or not tc["perm"] & PERM_WRITE:
+            created = tc is None
             checked = self._msg_check(channel, request, h)
             if type(checked) is RemotingCommand:
                 return checked
+            if created:  # auto-created: answer once the name servers know the topic (registerBrokerAll)
+                return self._registered(self._send(channel, request, h, checked))
             tc = checked
+        return self._send(channel, request, h, tc)
+
+    async def _registered(self, outcome: Any) -> Any:
+        await self.broker.register_all()
+        if isinstance(outcome, Awaitable):
+            outcome = await outcome
+        return outcome
+
+    def _send(
+        self, channel: Channel, request: RemotingCommand, h: SendMessageRequestHeader, tc: dict[str, Any]
+    ) -> Any:
+        topic = h.topic
         queue_id = h.queue_id
         write_nums = tc["writeQueueNums"]
         if queue_id >= max(tc["readQueueNums"], write_nums):
