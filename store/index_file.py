@@ -140,27 +140,12 @@ class IndexService:
         self.hash_slot_num = hash_slot_num
         self.index_num = index_num
         self._java_hash = key_hash
-        self._prefix_hash: dict[str, int] = {}
         self.files: list[IndexFile] = []
         self._lock = threading.Lock()
 
     def key_hash(self, key: str) -> int:
         """``indexKeyHashMethod``: abs(String.hashCode), MIN_VALUE -> 0."""
         h = self._java_hash(key)
-        return 0 if h == -0x80000000 else abs(h)
-
-    def topic_key_hash(self, topic: str, key: str) -> int:
-        """``key_hash(topic + "#" + key)`` without rehashing the topic each time: String.hashCode is
-        a polynomial, so hash(a + b) = hash(a) * 31**len(b) + hash(b) (mod 2**32, UTF-16 units)."""
-        prefix = self._prefix_hash.get(topic)
-        if prefix is None:
-            if len(self._prefix_hash) > 4096:
-                self._prefix_hash.clear()
-            prefix = self._prefix_hash[topic] = self._java_hash(topic + "#")
-        n = len(key) if key.isascii() else len(key.encode("utf-16-be", "surrogatepass")) // 2
-        h = (prefix * pow(31, n, 0x100000000) + self._java_hash(key)) & 0xFFFFFFFF
-        if h & 0x80000000:
-            h -= 0x100000000
         return 0 if h == -0x80000000 else abs(h)
 
     def load(self, last_exit_ok: bool, index_checkpoint_ts: int) -> int | None:
@@ -204,11 +189,11 @@ class IndexService:
             # have only part of its keys in a kept file, so it is indexed again (queries dedupe)
             return
         if uniq_key:
-            f = self._put(f, self.topic_key_hash(topic, uniq_key), phy_offset, store_timestamp)
+            f = self._put(f, self.key_hash(f"{topic}#{uniq_key}"), phy_offset, store_timestamp)
         if keys:
             for k in keys.split(" "):
                 if k:
-                    f = self._put(f, self.topic_key_hash(topic, k), phy_offset, store_timestamp)
+                    f = self._put(f, self.key_hash(f"{topic}#{k}"), phy_offset, store_timestamp)
 
     def _put(self, f: IndexFile, h: int, phy: int, ts: int) -> IndexFile:
         while not f.put_key(h, phy, ts):
@@ -220,7 +205,7 @@ class IndexService:
     ) -> tuple[list[int], int, int]:
         out: list[int] = []
         last_ts = last_phy = 0
-        h = self.topic_key_hash(topic, key)
+        h = self.key_hash(f"{topic}#{key}")
         files = list(self.files)
         for i in range(len(files) - 1, -1, -1):
             f = files[i]
