@@ -1,4 +1,4 @@
-"""JSON bodies as fastjson writes and reads them (rmqgate.wire.fastjson), plus extFields access.
+"""JSON bodies as fastjson writes and reads them (thin wrappers over rmqgate.wire.fastjson).
 
 fastjson writes bean fields sorted by name, skips nulls, and writes maps with integer keys as bare
 numbers (``{0:"addr"}``) unless asked for standard JSON (PROTOCOL.md §6). Readers accept both.
@@ -9,8 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from rmqgate.wire import fastjson
-from rmqgate.wire.errors import BodyError, HeaderFieldError
-from rmqgate.wire.header import parse_bool
+from rmqgate.wire.errors import BodyError
 
 
 def dumpb(obj: Any, *, standard: bool = False) -> bytes:
@@ -40,42 +39,3 @@ def loads_object(data: bytes | bytearray | memoryview | str | None, what: str = 
     if not isinstance(obj, dict):
         raise BodyError(f"{what}: expected a JSON object, got {type(obj).__name__}")
     return obj
-
-
-# --- extFields access (non-hot paths) -----------------------------------------------------------
-def ext_str(ext: dict[str, str] | None, name: str, header: str = "header") -> str:
-    if not ext or (value := ext.get(name)) is None:
-        raise HeaderFieldError(f"{header}: required field {name!r} is missing")
-    return value
-
-
-def ext_int(ext: dict[str, str] | None, name: str, header: str = "header") -> int:
-    value = ext_str(ext, name, header)
-    try:
-        return int(value)
-    except ValueError:
-        raise HeaderFieldError(f"{header}: field {name!r} = {value!r} is not a valid int") from None
-
-
-def opt_str(ext: dict[str, str] | None, name: str, default: str | None = None) -> str | None:
-    if not ext:
-        return default
-    value = ext.get(name)
-    return default if value is None else value
-
-
-def opt_int(
-    ext: dict[str, str] | None, name: str, default: int | None = None, header: str = "header"
-) -> int | None:
-    if not ext or (value := ext.get(name)) is None or value == "":
-        return default
-    try:
-        return int(value)
-    except ValueError:
-        raise HeaderFieldError(f"{header}: field {name!r} = {value!r} is not a valid int") from None
-
-
-def opt_bool(ext: dict[str, str] | None, name: str, default: bool = False) -> bool:
-    if not ext or (value := ext.get(name)) is None:
-        return default
-    return parse_bool(value)
