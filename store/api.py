@@ -18,6 +18,9 @@ ConsumeQueue and IndexFile before returning, so a message is visible to ``get_me
 ``put_message`` returns; arrival listeners are then called in the putting thread. fsync happens in
 a flush thread. The caller (broker) owns properties: drop ``WAIT``, add ``CLUSTER`` before putting.
 Buffers in results are memoryviews over the mmapped CommitLog: use them promptly, don't keep them.
+Writes are refused (SERVICE_NOT_AVAILABLE) after shutdown, after a failed dispatch, and while the
+disk is over 90% full (RocketMQ's RunningFlags). The first open of a directory a Java broker wrote
+imports its ``config/*.json`` into ``store.meta``.
 """
 
 from __future__ import annotations
