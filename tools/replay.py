@@ -445,6 +445,7 @@ class ReplayOptions:
     connect_timeout: float = 5.0
     unanswered_timeout: float = 2.0  # wait for requests the capture has no response to
     route_wait: float = 5.0  # after a topic is created, wait this long at most for its route
+    check_wait: float = 15.0  # how long the target may take to send a recorded transaction check
 
 
 class _Scheduler:
@@ -522,12 +523,16 @@ class _Replay:
         events = []
         for c in self.conns:
             for req in c.requests:
-                if self._is_long_poll(req):
-                    continue
+                # long polls are waited for too: their suspend time is scaled down with the
+                # speed (transform), so they cannot hold anything up for long
                 if req.resp_ts is not None:
                     events.append((req.resp_ts, id(req)))
                 elif req.oneway:
                     events.append((req.ts, id(req)))
+            # an answer to a transaction check is an event too: what the recording shows after it
+            # (e.g. the consumer receiving the committed message) waits for it, or for check_wait
+            for req in c.check_answers.values():
+                events.append((req.resp_ts if req.resp_ts is not None else req.ts, id(req)))
         events.sort()
         times = [t for t, _ in events]
         for rank, (_, rid) in enumerate(events):
@@ -767,7 +772,20 @@ class _Replay:
         if inflight:
             await asyncio.gather(*inflight)
 
+    def _expire_checks(self) -> None:
+        """Give up on the transaction checks the target has not sent within ``check_wait``."""
+        for _, req in self.check_pool.values():
+            self.sched.complete(self._rank_of.get(id(req)))
+
     async def run(self) -> list[Outcome]:
+        loop = asyncio.get_running_loop()
+        expiry = []
+        for c in self.conns:
+            for req in c.check_answers.values():
+                due = self.opts.check_wait
+                if self.opts.speed:
+                    due += (req.ts - self.sched.plan_start) / self.opts.speed
+                expiry.append(loop.call_later(due, self._expire_checks))
         try:
             await asyncio.gather(*(self.run_connection(pc) for pc in self.conns))
             # let check answers triggered at the very end go out and be answered
@@ -776,6 +794,8 @@ class _Replay:
                     break
                 await asyncio.gather(*list(self.tasks), return_exceptions=True)
         finally:
+            for handle in expiry:
+                handle.cancel()
             if self._control is not None:
                 self._control.close()
             for fut in self.shared.values():
