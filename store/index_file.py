@@ -29,6 +29,7 @@ class IndexFile:
         self.entries_pos = INDEX_HEADER_SIZE + hash_slot_num * INDEX_SLOT.size
         size = self.entries_pos + index_num * INDEX_ENTRY.size
         self._file = MappedFile(path, size, keep_fd=False)  # name: creation time, 17 digits
+        # (a file of another size was written with other maxHashSlotNum/maxIndexNum: MappedFile refuses it)
         self.buf = self._file.buf
         (
             self.begin_timestamp,

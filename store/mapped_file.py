@@ -64,8 +64,9 @@ class MappedFile:
             os.rename(tmp, path)
         fd = os.open(path, os.O_RDWR, 0o644)
         try:
-            if os.fstat(fd).st_size != file_size:
-                os.ftruncate(fd, file_size)
+            size = os.fstat(fd).st_size
+            if size != file_size:  # never resize someone's file: wrong settings would corrupt it
+                raise ValueError(f"{path}: size {size} != expected {file_size} (check the store settings)")
             self.mm = mmap.mmap(fd, file_size)
         except BaseException:
             os.close(fd)

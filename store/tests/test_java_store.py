@@ -189,3 +189,17 @@ def test_import_export_java_config(java_store: Path, tmp_path: Path) -> None:
         assert "{0:60,1:60,2:40,3:40\n\t\t}" in text  # fastjson's bare integer keys, PrettyFormat tabs
     finally:
         store.shutdown()
+
+
+def test_wrong_settings_are_refused_not_applied(java_store: Path) -> None:
+    before = {p: p.stat().st_size for p in java_store.rglob("*") if p.is_file()}
+    for wrong in (
+        dict(JAVA_CONFIG, mapped_file_size_commitlog=2 * 1048576),
+        dict(JAVA_CONFIG, max_hash_slot_num=4000),
+    ):
+        with pytest.raises(ValueError, match="size"):
+            DefaultMessageStore.open(StoreConfig(str(java_store), **wrong), start_services=False)
+    after = {p: p.stat().st_size for p in java_store.rglob("*") if p.is_file() and p in before}
+    assert after == before  # nothing was resized
+    store = DefaultMessageStore.open(StoreConfig(str(java_store), **JAVA_CONFIG), start_services=False)
+    store.shutdown()  # and the lock was released by the failed opens
