@@ -24,10 +24,12 @@ from rmqgate.wire.command import RemotingCommand
 from rmqgate.wire.errors import BodyError
 from rmqgate.wire.fastjson import ObjectKey
 from rmqgate.wire.headers import (
+    ConsumeMessageDirectlyResultRequestHeader,
     CreateTopicRequestHeader,
     DeleteSubscriptionGroupRequestHeader,
     DeleteTopicRequestHeader,
     GetConsumerConnectionListRequestHeader,
+    GetConsumerRunningInfoRequestHeader,
     GetConsumeStatsRequestHeader,
     GetProducerConnectionListRequestHeader,
     GetTopicStatsInfoRequestHeader,
@@ -62,6 +64,8 @@ class AdminBrokerProcessor(RequestProcessor):
         R.GET_BROKER_CONFIG,
         R.QUERY_TOPIC_CONSUME_BY_WHO,
         R.GET_SYSTEM_TOPIC_LIST_FROM_BROKER,
+        R.GET_CONSUMER_RUNNING_INFO,
+        R.CONSUME_MESSAGE_DIRECTLY,
     )
 
     def __init__(self, broker: BrokerController) -> None:
@@ -85,6 +89,8 @@ class AdminBrokerProcessor(RequestProcessor):
             R.GET_BROKER_CONFIG: self.get_broker_config,
             R.QUERY_TOPIC_CONSUME_BY_WHO: self.query_topic_consume_by_who,
             R.GET_SYSTEM_TOPIC_LIST_FROM_BROKER: self.get_system_topic_list,
+            R.GET_CONSUMER_RUNNING_INFO: self.call_consumer,
+            R.CONSUME_MESSAGE_DIRECTLY: self.call_consumer,
         }
 
     def process(self, channel: Channel, request: RemotingCommand) -> Any:
@@ -267,6 +273,42 @@ class AdminBrokerProcessor(RequestProcessor):
             ]
         }
         return req.response(ResponseCode.SUCCESS, body=dumpb(body))
+
+    def call_consumer(self, channel: Channel, req: RemotingCommand) -> Any:
+        """GET_CONSUMER_RUNNING_INFO / CONSUME_MESSAGE_DIRECTLY: forwarded to the consumer's connection
+        (a server-initiated request with its own opaque), its answer relayed (``callConsumer``)."""
+        ext = req.ext_fields or {}
+        if req.code == R.GET_CONSUMER_RUNNING_INFO:
+            group, client_id = (
+                (h := GetConsumerRunningInfoRequestHeader.from_ext(ext)).consumer_group,
+                h.client_id,
+            )
+        else:
+            d = ConsumeMessageDirectlyResultRequestHeader.from_ext(ext)
+            group, client_id = d.consumer_group, d.client_id or ""
+        cgi = self.broker.consumers.find(group)
+        target = (
+            next((i.channel for i in cgi.channels.values() if i.client_id == client_id), None)
+            if cgi
+            else None
+        )
+        if target is None or target.closed:
+            return req.response(ResponseCode.SYSTEM_ERROR, f"The Consumer <{group}> <{client_id}> not online")
+        return self._relay(req, target, group, client_id)
+
+    async def _relay(
+        self, req: RemotingCommand, target: Channel, group: str, client_id: str
+    ) -> RemotingCommand:
+        forward = RemotingCommand.request(req.code, dict(req.ext_fields or {}), req.body)
+        try:
+            answer = await target.request(forward, 10.0)
+        except TimeoutError:
+            return req.response(ResponseCode.CONSUME_MSG_TIMEOUT, f"consumer <{group}> <{client_id}> Timeout")
+        except ConnectionError as exc:
+            return req.response(
+                ResponseCode.SYSTEM_ERROR, f"invoke consumer <{group}> <{client_id}> Exception: {exc}"
+            )
+        return req.response(answer.code, answer.remark, answer.ext_fields, answer.body)
 
     # -- broker --
     def get_broker_runtime_info(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:

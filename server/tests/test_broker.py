@@ -558,3 +558,27 @@ async def test_check_transaction_state_goes_to_a_producer(Broker) -> None:
         )
         assert cmd.opaque > 0
         await c.aclose()
+
+
+@async_test
+async def test_consumer_running_info_is_relayed_to_the_client(Broker) -> None:
+    async with Broker() as b:
+
+        async def on_request(cmd: RemotingCommand) -> RemotingCommand | None:
+            if cmd.code == R.GET_CONSUMER_RUNNING_INFO:
+                return cmd.response(0, None, None, b'{"properties":{"x":"1"}}')
+            return None
+
+        consumer = await b.client(on_request=on_request)
+        assert (await consumer.invoke(heartbeat("cid-r", "RG", "RT"))).code == 0
+        admin = await b.client()
+        ask = RemotingCommand.request(
+            R.GET_CONSUMER_RUNNING_INFO, {"consumerGroup": "RG", "clientId": "cid-r"}
+        )
+        resp = await admin.invoke(ask, 5)
+        assert resp.code == 0 and resp.body == b'{"properties":{"x":"1"}}' and resp.opaque == ask.opaque
+        ask.ext_fields["clientId"] = "nobody"
+        resp = await admin.invoke(ask, 5)
+        assert resp.code == ResponseCode.SYSTEM_ERROR and "not online" in resp.remark
+        await consumer.aclose()
+        await admin.aclose()
