@@ -1,0 +1,127 @@
+"""C++-core push consumers (rocketmq-python-cvs 2.1.0.3) for orderly, retry and delay flows; print JSON.
+
+    python cpp_flows.py '{"scenario": "consume", "namesrv": ..., "topic": ..., "group": ...,
+        "orderly": true, "fail": {"body": n}, "expect": 10, "max_s": 40, "stop_file": "/tmp/x"}'
+
+``consume``: a PushConsumer (orderly or concurrent) whose callback records every delivery (body, keys,
+queue, offset, reconsumeTimes, receive time) and answers RECONSUME_LATER while a body is listed in
+``fail`` with more failures left (``-1`` = always), CONSUME_SUCCESS otherwise. It stops when
+``expect`` distinct bodies were consumed successfully (then lingers ``linger_s``), when ``stop_file``
+exists, or after ``max_s``; ``shutdown`` (default true) calls the consumer's shutdown (unregister,
+unlock) before printing ``RESULT <json>``. The callback is registered straight on the C library so
+its return value is the consume status (the wrapper's exception path does not return one).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import sys
+import threading
+import time
+import traceback
+from typing import Any
+
+
+def _result(data: dict[str, Any]) -> None:
+    sys.stdout.write("RESULT " + json.dumps(data) + "\n")
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+def _text(value: Any) -> str | None:
+    if value is None:
+        return None
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+def consume(args: dict[str, Any]) -> dict[str, Any]:
+    import rocketmq.client as client
+    from rocketmq.ffi import _CConsumeStatus, dll
+
+    orderly = bool(args.get("orderly", False))
+    consumer = client.PushConsumer(args["group"], orderly=orderly)
+    consumer.set_namesrv_addr(args["namesrv"])
+    if args.get("instance"):
+        dll.SetPushConsumerInstanceName(consumer._handle, args["instance"].encode())
+    fn = dll.SetPushConsumerMessageTrace  # 2.1.0: trace off avoids its teardown crash
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_int]
+    fn(consumer._handle, 0)
+    if args.get("threads"):
+        consumer.set_thread_count(int(args["threads"]))
+    received: list[dict[str, Any]] = []
+    failures_left = {str(k): int(v) for k, v in (args.get("fail") or {}).items()}
+    done: set[str] = set()
+    lock = threading.Lock()
+    enough = threading.Event()
+    expect = int(args.get("expect", 0))
+    slow = float(args.get("slow_s", 0))
+
+    def on_message(_consumer: Any, handle: Any) -> int:
+        msg = client.RecvMessage(handle)
+        body = _text(msg.body) or ""
+        rec = {
+            "body": body,
+            "keys": _text(msg.keys),
+            "topic": _text(msg.topic),
+            "queue_id": msg.queue_id,
+            "queue_offset": msg.queue_offset,
+            "reconsume_times": msg.reconsume_times,
+            "store_timestamp": msg.store_timestamp,
+            "born_timestamp": msg.born_timestamp,
+            "at": time.time(),
+            "thread": threading.get_ident(),
+        }
+        if slow:
+            time.sleep(slow)
+        with lock:
+            left = failures_left.get(body, 0)
+            if left != 0:
+                failures_left[body] = left - 1 if left > 0 else -1
+                rec["status"] = "RECONSUME_LATER"
+                received.append(rec)
+                return _CConsumeStatus.RECONSUME_LATER.value
+            rec["status"] = "CONSUME_SUCCESS"
+            received.append(rec)
+            done.add(body)
+            if expect and len(done) >= expect:
+                enough.set()
+        return _CConsumeStatus.CONSUME_SUCCESS.value
+
+    ffi_status = dll.Subscribe(consumer._handle, args["topic"].encode(), args.get("expression", "*").encode())
+    if ffi_status != 0:
+        raise RuntimeError(f"Subscribe failed: {ffi_status}")
+    consumer._register_callback(on_message)
+    consumer.start()
+    started = time.time()
+    stop_file = args.get("stop_file")
+    deadline = started + float(args.get("max_s", 40))
+    while time.time() < deadline:
+        if enough.wait(0.1):
+            time.sleep(float(args.get("linger_s", 1.0)))
+            break
+        if stop_file and os.path.exists(stop_file):
+            break
+    stopped_at = time.time()
+    if args.get("shutdown", True):
+        consumer.shutdown()
+    with lock:
+        return {"received": list(received), "started": started, "stopped": stopped_at, "left": time.time()}
+
+
+SCENARIOS = {"consume": consume}
+
+
+def main() -> None:
+    args = json.loads(sys.argv[1])
+    try:
+        data = SCENARIOS[args["scenario"]](args)
+        _result(data)
+    except Exception as exc:
+        _result({"exception": repr(exc), "traceback": traceback.format_exc()})
+
+
+if __name__ == "__main__":
+    main()
