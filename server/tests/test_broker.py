@@ -582,3 +582,29 @@ async def test_consumer_running_info_is_relayed_to_the_client(Broker) -> None:
         assert resp.code == ResponseCode.SYSTEM_ERROR and "not online" in resp.remark
         await consumer.aclose()
         await admin.aclose()
+
+
+@async_test
+async def test_client_channel_expires_without_heartbeat(Broker) -> None:
+    async with Broker(channelExpiredTimeout=300) as b:
+        c = await b.client()
+        assert (await c.invoke(heartbeat("cid-x", "XG", "XT"))).code == 0
+        assert b.broker.consumers.find("XG") is not None and "PG" in b.broker.producers.groups
+        for _ in range(100):
+            if c.closed:
+                break
+            await asyncio.sleep(0.05)
+        assert c.closed  # no heartbeat for 0.3 s: the broker closed the connection
+        assert b.broker.consumers.find("XG") is None and "PG" not in b.broker.producers.groups
+
+
+@async_test
+async def test_query_offset_not_found_for_5x_set_zero_false(Broker) -> None:
+    async with Broker() as b:
+        c = await b.client()
+        await c.invoke(send_v2("QZ"))
+        ext = {"consumerGroup": "QG", "topic": "QZ", "queueId": "0", "setZeroIfNotFound": "false"}
+        resp = await c.invoke(RemotingCommand.request(R.QUERY_CONSUMER_OFFSET, ext, version=479))
+        assert resp.code == ResponseCode.QUERY_NOT_FOUND
+        assert resp.remark == "Not found, V3_0_6_SNAPSHOT maybe this group consumer boot first"
+        await c.aclose()
