@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +53,15 @@ class LmdbMetaStore:
         version = {"counter": int(version["counter"]) + 1, "timestamp": int(time.time() * 1000)}
         txn.put(db.encode(), _dumps(version).encode(), db=self._dbs[_VERSIONS])
 
+    def _write(self, fn: Callable[[lmdb.Transaction], Any]) -> Any:
+        """Run ``fn`` in one write transaction; when the map is full, double it and retry."""
+        while True:
+            try:
+                with self.env.begin(write=True) as txn:
+                    return fn(txn)
+            except lmdb.MapFullError:
+                self.env.set_mapsize(self.env.info()["map_size"] * 2)
+
     # -- generic --
     def get(self, db: str, key: str) -> Any | None:
         with self.env.begin(db=self._db(db)) as txn:
@@ -64,12 +73,16 @@ class LmdbMetaStore:
 
     def put_many(self, db: str, items: dict[str, Any], *, replace: bool = False) -> None:
         handle = self._db(db)
-        with self.env.begin(write=True) as txn:
+        rows = [(k.encode(), _dumps(v).encode()) for k, v in items.items()]
+
+        def write(txn: lmdb.Transaction) -> None:
             if replace:
                 txn.drop(handle, delete=False)
-            for k, v in items.items():
-                txn.put(k.encode(), _dumps(v).encode(), db=handle)
+            for k, v in rows:
+                txn.put(k, v, db=handle)
             self._bump(txn, db)
+
+        self._write(write)
         if db == CONSUMER_OFFSETS:
             with self._lock:
                 if replace:
@@ -79,10 +92,15 @@ class LmdbMetaStore:
                     self._dirty.discard(k)
 
     def delete(self, db: str, key: str) -> bool:
-        with self.env.begin(write=True) as txn:
-            found = txn.delete(key.encode(), db=self._db(db))
+        handle = self._db(db)
+
+        def write(txn: lmdb.Transaction) -> bool:
+            found = txn.delete(key.encode(), db=handle)
             if found:
                 self._bump(txn, db)
+            return bool(found)
+
+        found = self._write(write)
         if db == CONSUMER_OFFSETS:
             with self._lock:
                 self._offsets.pop(key, None)
@@ -100,9 +118,8 @@ class LmdbMetaStore:
         return _loads(raw) if raw else {"counter": 0, "timestamp": 0}
 
     def set_data_version(self, db: str, version: dict[str, int]) -> None:
-        with self.env.begin(write=True) as txn:
-            v = {"counter": int(version.get("counter", 0)), "timestamp": int(version.get("timestamp", 0))}
-            txn.put(db.encode(), _dumps(v).encode(), db=self._dbs[_VERSIONS])
+        v = {"counter": int(version.get("counter", 0)), "timestamp": int(version.get("timestamp", 0))}
+        self._write(lambda txn: txn.put(db.encode(), _dumps(v).encode(), db=self._dbs[_VERSIONS]))
 
     # -- consumer offsets --
     def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
@@ -141,10 +158,18 @@ class LmdbMetaStore:
         if not dirty:
             return
         handle = self._dbs[CONSUMER_OFFSETS]
-        with self.env.begin(write=True) as txn:
+
+        def write(txn: lmdb.Transaction) -> None:
             for k, v in dirty.items():
                 txn.put(k.encode(), _dumps(v).encode(), db=handle)
             self._bump(txn, CONSUMER_OFFSETS)
+
+        try:
+            self._write(write)
+        except BaseException:
+            with self._lock:  # retried on the next round
+                self._dirty.update(dirty)
+            raise
 
     # -- delay offsets --
     def set_delay_offset(self, level: int, offset: int) -> None:

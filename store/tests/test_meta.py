@@ -106,3 +106,14 @@ def test_cli_import_export_round_trip(tmp_path: Path) -> None:
     assert (out / "topics.json").read_text().startswith('{\n\t"dataVersion":{\n\t\t"counter":3,')
     assert rmqgate_main(["store", "stat", "--store", str(store)]) == 0
     assert rmqgate_main(["store", "import-config", str(tmp_path / "nope"), "--store", str(store)]) == 1
+
+
+def test_map_grows_when_full(tmp_path: Path) -> None:
+    meta = LmdbMetaStore(tmp_path / "meta", map_size=256 * 1024)
+    try:
+        big = {f"t{i}": {"topicName": f"t{i}", "pad": "x" * 2000} for i in range(400)}  # ~800 KiB
+        meta.put_many(TOPICS, big)
+        assert meta.env.info()["map_size"] > 256 * 1024
+        assert len(list(meta.items(TOPICS))) == 400
+    finally:
+        meta.close()
