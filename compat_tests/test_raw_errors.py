@@ -7,6 +7,8 @@ import random
 import time
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from rmqgate.compat_tests.wire_client import ConnectionClosed, WireClient, uniq_key
 from rmqgate.wire.codes import RequestCode, ResponseCode, SerializeType
@@ -223,3 +225,54 @@ def test_half_frame_then_close_is_harmless(cluster, uniq, make_topic):
         c.send_raw(frame[: len(frame) // 2])
     with cluster.broker_client() as c:
         assert c.invoke(RequestCode.GET_MAX_OFFSET, {"topic": topic, "queueId": 0}).code == 0
+
+
+# Fuzzed headers: well-framed commands with random codes, header fields and bodies. Codes that
+# change cluster-wide configuration are left out (they would be legitimate, not a crash).
+_EXCLUDED_CODES = {
+    RequestCode.UPDATE_BROKER_CONFIG,
+    RequestCode.WIPE_WRITE_PERM_OF_BROKER,
+    RequestCode.ADD_WRITE_PERM_OF_BROKER,
+    RequestCode.UPDATE_NAMESRV_CONFIG,
+    RequestCode.REGISTER_BROKER,
+    RequestCode.UNREGISTER_BROKER,
+}
+_CODES = sorted(int(c) for c in RequestCode if c not in _EXCLUDED_CODES)
+_FIELD_NAMES = ["topic", "queueId", "consumerGroup", "queueOffset", "maxMsgNums", "sysFlag", "commitOffset",
+                "suspendTimeoutMillis", "subVersion", "subscription", "offset", "timestamp", "key", "maxNum",
+                "a", "b", "c", "d", "e", "f", "g", "h", "i", "m", "producerGroup", "clientID", "namespace",
+                "value", "brokerName", "commitLogOffset", "tranStateTableOffset", "commitOrRollback", "group",
+                "delayLevel", "readQueueNums", "writeQueueNums", "perm"]  # fmt: skip
+_VALUES = st.one_of(
+    st.sampled_from(["", "0", "-1", "1", "2147483648", "-9223372036854775809", "99999999999999999999", "true",
+                     "1.5", "TBW102", "%RETRY%x", "*", "TagA || TagB", "\x01\x02", "null"]),
+    st.text(max_size=40),
+)  # fmt: skip
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    code=st.one_of(st.sampled_from(_CODES), st.integers(-32768, 32767)),
+    ext=st.one_of(st.none(), st.dictionaries(st.sampled_from(_FIELD_NAMES), _VALUES, max_size=8)),
+    body=st.one_of(st.none(), st.binary(max_size=300), st.just(b'{"clientID":"x","consumerDataSet":[{}]}')),
+    ser=st.sampled_from([SerializeType.JSON, SerializeType.ROCKETMQ]),
+    oneway=st.booleans(),
+    target=st.sampled_from(["broker", "namesrv"]),
+)
+def test_fuzzed_headers_never_take_the_server_down(cluster, code, ext, body, ser, oneway, target):
+    if code in _EXCLUDED_CODES:
+        return
+    addr = cluster.broker if target == "broker" else cluster.namesrv
+    with WireClient(addr, serialize_type=ser, timeout=5) as c:
+        opaque = c.send(code, ext, body, oneway=oneway)
+        if not oneway:
+            # answered, parked (pulls with the suspend flag), or closed: all fine; a crash is not
+            try:
+                c.poll_response(opaque, 0.3)
+            except (ConnectionClosed, OSError):
+                pass
+    health_code = (
+        RequestCode.GET_BROKER_RUNTIME_INFO if target == "broker" else RequestCode.GET_BROKER_CLUSTER_INFO
+    )
+    with WireClient(addr, timeout=5) as health:
+        assert health.invoke(health_code).code == ResponseCode.SUCCESS

@@ -80,7 +80,7 @@ def produce(rocketmq: Any, args: dict[str, Any]) -> dict[str, Any]:
     elif mode == "oneway":
         for i in range(count):
             producer.send_oneway(_message(rocketmq, topic, i, args))
-        time.sleep(0.5)  # let the socket drain before os._exit
+        time.sleep(2.0)  # let the client flush its oneway frames before os._exit
     elif mode == "orderly":
         for i in range(count):
             arg = args["order_keys"][i % len(args["order_keys"])]
