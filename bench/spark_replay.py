@@ -25,28 +25,38 @@ ROOT = Path(__file__).resolve().parent.parent
 CORPUS = Path(os.environ.get("RMQGATE_CORPUS", ROOT.parent / "shared" / "corpus"))
 
 
-def floor_rate(path: str, scale: int, target: str) -> tuple[int, float]:
-    """The same plans replayed in this process without Spark: (requests, seconds)."""
-    from rmqgate.spark.executor import OUTCOME_COLUMNS, ReplayOptions, run_task
+def floor_rate(path: str, scale: int, target: str, engine: str) -> tuple[int, float]:
+    """The same plans replayed in this process without Spark: (requests, seconds active)."""
+    from rmqgate.spark.executor import OUTCOME_COLUMNS, ReplayOptions, SharedUnit, run_task, run_task_shared
     from rmqgate.spark.frames import rows_from_path
-    from rmqgate.spark.plan import build_conn_plan
+    from rmqgate.spark.job import probe_target
+    from rmqgate.spark.plan import build_conn_plan, planned_connection
 
     rows = rows_from_path(path)
     t0 = min(r["ts"] for r in rows)
     by_conn: dict[str, list] = collections.defaultdict(list)
     for r in rows:
         by_conn[r["conn"]].append(r)
-    plans = [p for k, rs in by_conn.items() for c in range(scale) if (p := build_conn_plan(k, rs, t0, c))]
-    targets = {p.server: target for p in plans}
+    opts = ReplayOptions(speed=None, timeout=10.0, grace=0.2)
     start = time.time()
-    out = run_task(plans, targets, start, ReplayOptions(speed=None, timeout=10.0, grace=0.2))
+    if engine == "shared":
+        units = []
+        for k, rs in by_conn.items():
+            for c in range(scale):
+                pc = planned_connection(rs, t0, c, len(units))
+                if pc is not None:
+                    units.append(SharedUnit(k, c, "", pc, [0] * len(pc.requests)))
+        out = run_task_shared(units, probe_target(target), target, start, opts)
+    else:
+        plans = [p for k, rs in by_conn.items() for c in range(scale) if (p := build_conn_plan(k, rs, t0, c))]
+        out = run_task(plans, {p.server: target for p in plans}, start, opts)
     col = {name: i for i, (name, _) in enumerate(OUTCOME_COLUMNS)}
     sent, lat = col["sent_s"], col["latency_ms"]
     ends = [o[sent] + (o[lat] / 1000.0 if o[lat] > 0 else 0.0) for o in out]
     return len(out), max(ends) - min(o[sent] for o in out)  # the job's duration_s, measured alike
 
 
-def one_master(master: str, inputs: list[str], scale: int, target: str, cache: str) -> dict:
+def one_master(master: str, inputs: list[str], scale: int, target: str, cache: str, engine: str) -> dict:
     """One job in this (fresh) process, so the session start-up includes launching the JVM."""
     from rmqgate.spark.job import JobOptions, make_session, run_job
 
@@ -64,7 +74,8 @@ def one_master(master: str, inputs: list[str], scale: int, target: str, cache: s
             frames_cache=cache,
             progress=False,
             startup_s=startup,
-            start_delay=3.0,  # every task's Python worker is up and its plans decoded before time zero
+            start_delay=3.0,
+            engine=engine,  # every task's Python worker is up and its plans decoded before time zero
         )
         return run_job(spark, opts)
     finally:
@@ -76,13 +87,14 @@ def main() -> int:
     ap.add_argument("--input", default=str(CORPUS / "pcap" / "a_SyncSendPushConsume.pcap"))
     ap.add_argument("--scale", type=int, default=200, help="clones per recorded connection (load size)")
     ap.add_argument("--masters", default="local[1],local[2]")
+    ap.add_argument("--engine", choices=("shared", "builtin"), default="shared", help="per-task replayer")
     ap.add_argument("--one", metavar="MASTER", help=argparse.SUPPRESS)
     ap.add_argument("--target", help=argparse.SUPPRESS)
     ap.add_argument("--cache", help=argparse.SUPPRESS)
     args = ap.parse_args()
 
     if args.one:
-        report = one_master(args.one, [args.input], args.scale, args.target, args.cache)
+        report = one_master(args.one, [args.input], args.scale, args.target, args.cache, args.engine)
         print(json.dumps(report))
         return 0
 
@@ -93,9 +105,12 @@ def main() -> int:
     results = {}
     ms = args.masters.split(",")
     try:
-        n, secs = floor_rate(args.input, args.scale, target)
+        n, secs = floor_rate(args.input, args.scale, target, args.engine)
         floor = n / secs
-        print(f"capture {Path(args.input).name} x scale {args.scale}, speed max, target: minimal responder")
+        print(
+            f"capture {Path(args.input).name} x scale {args.scale}, speed max, engine {args.engine}, "
+            "target: minimal responder"
+        )
         print(
             f"floor: the same plans in one Python process, no Spark: {n} requests in {secs:.2f} s = {floor:,.0f} req/s"
         )
@@ -111,7 +126,7 @@ def main() -> int:
                 "--scale",
                 str(args.scale),
             ]
-            cmd += ["--target", target, "--cache", cache]
+            cmd += ["--target", target, "--cache", cache, "--engine", args.engine]
             done = subprocess.run(cmd, capture_output=True, text=True, check=False)
             if done.returncode != 0:
                 print(done.stderr[-3000:], file=sys.stderr)
@@ -123,7 +138,8 @@ def main() -> int:
             print(
                 f"{master:>9}: {report['requests']} requests in {report['duration_s']:.2f} s active = "
                 f"{report['requests_per_s']:,.0f} req/s ({report['tasks']} task(s), per task "
-                f"{report['per_task_requests_per_s']:,.0f} req/s; errors {report['errors']}); "
+                f"{report['per_task_requests_per_s']:,.0f} req/s wall, {report['requests_per_cpu_s']:,.0f} req per "
+                f"CPU-s; errors {report['errors']}); "
                 f"latency p50 {report['latency_ms']['p50']} ms p99 {report['latency_ms']['p99']} ms"
             )
             print(
@@ -138,13 +154,18 @@ def main() -> int:
         a, b = results[ms[0]], results[ms[1]]
         ratio = b["requests_per_s"] / a["requests_per_s"]
         per_task = a["per_task_requests_per_s"]  # one task with a core to itself
+        per_cpu = min(a["requests_per_cpu_s"], b["requests_per_cpu_s"])
         print(
             f"ratio {ms[1]}/{ms[0]}: {ratio:.2f}x on {os.cpu_count()} cores (the responder shares them; "
             f"load average {os.getloadavg()[0]:.1f})"
         )
         print(
-            f"per-task rate: {per_task:,.0f} req/s (floor {floor:,.0f}) -> a target rate R needs "
-            f"ceil(R / {per_task:,.0f}) one-core replay tasks"
+            f"per-task rate: {per_task:,.0f} req/s wall with local[1] (floor {floor:,.0f}); "
+            f"{per_cpu:,.0f} requests per CPU-second of a task (the lower of the two runs)"
+        )
+        print(
+            f"-> a target rate R needs about ceil(R / {per_cpu:,.0f}) executor cores for the replay tasks "
+            "(plus the target's own capacity; tasks are CPU-bound at --speed max)"
         )
     return 0
 

@@ -46,6 +46,7 @@ OUTCOME_COLUMNS: tuple[tuple[str, str], ...] = (
     ("req_bytes", "int"),
     ("resp_bytes", "int"),
     ("error", "string"),
+    ("task_cpu_s", "double"),  # CPU seconds the whole task used replaying (same on each of its rows)
 )
 OUTCOME_DDL = ", ".join(f"{n} {t}" for n, t in OUTCOME_COLUMNS)
 ERROR_STATUSES = ("timeout", "conn_error", "unroutable")
@@ -218,6 +219,22 @@ async def replay_plans(
     return [row for rows in results for row in rows]
 
 
+def _with_cpu(replay: Any) -> list[tuple[Any, ...]]:
+    """Run ``replay()`` with the cyclic GC off and append the CPU time it took to every row."""
+    gc.collect()
+    gc.freeze()
+    gc.disable()
+    cpu = time.process_time()
+    try:
+        rows = replay()
+    finally:
+        cpu = time.process_time() - cpu
+        gc.enable()
+        gc.unfreeze()
+        gc.collect()
+    return [(*r, cpu) for r in rows]
+
+
 def run_task(
     plans: Iterable[ConnPlan], targets: dict[str, str], start_at: float, opts: ReplayOptions, task: int = 0
 ) -> list[tuple[Any, ...]]:
@@ -225,16 +242,9 @@ def run_task(
 
     The cyclic garbage collector is off while replaying: with tens of thousands of live requests its
     full passes cost more than the replay itself (3x fewer requests/s measured); it runs once after.
+    Rows are ``OUTCOME_COLUMNS``.
     """
-    gc.collect()
-    gc.freeze()
-    gc.disable()
-    try:
-        return asyncio.run(replay_plans(plans, targets, start_at, opts, task))
-    finally:
-        gc.enable()
-        gc.unfreeze()
-        gc.collect()
+    return _with_cpu(lambda: asyncio.run(replay_plans(plans, targets, start_at, opts, task)))
 
 
 # --- the shared engine (tools/replay.py) -----------------------------------------------------------
@@ -342,17 +352,11 @@ def run_task_shared(
     units = list(units)
     if not units:
         return []
-    gc.collect()
-    gc.freeze()
-    gc.disable()
-    try:
-        return asyncio.run(
+    return _with_cpu(
+        lambda: asyncio.run(
             _replay_shared(units, brokers, namesrv, start_at, opts, task, topic_map or {}, broker_map or {})
         )
-    finally:
-        gc.enable()
-        gc.unfreeze()
-        gc.collect()
+    )
 
 
 def task_id() -> int:

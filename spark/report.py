@@ -171,6 +171,7 @@ def aggregate(outcomes: Any) -> dict[str, Any]:
             F.min("sent_s").alias("a"),
             F.max(end_s).alias("b"),
             F.countDistinct("conn", "clone").alias("c"),
+            F.max("task_cpu_s").alias("cpu"),
         )
         .orderBy("task")
         .collect()
@@ -184,9 +185,13 @@ def aggregate(outcomes: Any) -> dict[str, Any]:
                 "start_s": round(r["a"] - first_s, 3),
                 "active_s": round(span, 3),
                 "requests_per_s": round(r["n"] / span, 1) if span > 0 else None,
+                "cpu_s": round(r["cpu"] or 0.0, 3),
+                "requests_per_cpu_s": round(r["n"] / r["cpu"], 1) if r["cpu"] else None,
             }
         )
     report["per_task"] = tasks
+    cpu = sum(t["cpu_s"] for t in tasks)
+    report["requests_per_cpu_s"] = round(requests / cpu, 1) if cpu > 0 else None
     rates = [t["requests_per_s"] for t in tasks if t["requests_per_s"]]
     report["per_task_requests_per_s"] = round(sum(rates) / len(rates), 1) if rates else None
     return report
