@@ -6,7 +6,6 @@ GIL, unlike ``mmap.flush``), which writes back the shared mapping's dirty pages.
 
 from __future__ import annotations
 
-import errno
 import mmap
 import os
 import threading
@@ -43,19 +42,12 @@ class MappedFile:
         self.file_from_offset = int(path.name)
         if create and not path.exists():
             # sized under a temporary name, then renamed: a crash never leaves a short segment.
-            # CommitLog blocks are allocated up front: a full disk fails here, not as SIGBUS later.
+            # Sparse: preallocating 1 GiB per segment fills shared disks; the store instead refuses
+            # writes above 90% disk use (a full disk would make mmap writes SIGBUS).
             tmp = path.with_name(path.name + ".tmp")
             fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
             try:
-                if keep_fd:  # the CommitLog; ConsumeQueue and index files stay sparse
-                    try:
-                        os.posix_fallocate(fd, 0, file_size)
-                    except OSError as exc:
-                        if exc.errno == errno.ENOSPC:
-                            raise
-                        os.ftruncate(fd, file_size)  # no fallocate on this filesystem
-                else:
-                    os.ftruncate(fd, file_size)
+                os.ftruncate(fd, file_size)  # sparse, like RocketMQ's setLength
             except BaseException:
                 os.close(fd)
                 tmp.unlink(missing_ok=True)
