@@ -15,6 +15,7 @@ import argparse
 import collections
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -104,6 +105,7 @@ def main() -> int:
     target = f"127.0.0.1:{port}"
     results = {}
     ms = args.masters.split(",")
+    cache = tempfile.mkdtemp(prefix="rmqgate-bench-frames-")
     try:
         n, secs = floor_rate(args.input, args.scale, target, args.engine)
         floor = n / secs
@@ -114,7 +116,6 @@ def main() -> int:
         print(
             f"floor: the same plans in one Python process, no Spark: {n} requests in {secs:.2f} s = {floor:,.0f} req/s"
         )
-        cache = tempfile.mkdtemp(prefix="rmqgate-bench-frames-")
         for master in ms:
             cmd = [
                 sys.executable,
@@ -150,6 +151,7 @@ def main() -> int:
     finally:
         proc.terminate()
         proc.wait(5)
+        shutil.rmtree(cache, ignore_errors=True)
     if len(ms) >= 2:
         a, b = results[ms[0]], results[ms[1]]
         ratio = b["requests_per_s"] / a["requests_per_s"]

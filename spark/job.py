@@ -21,6 +21,7 @@ import shutil
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -216,31 +217,50 @@ def _hadoop_exists(spark: Any, path: str) -> bool:
     return bool(fs.exists(jpath))
 
 
+def _local_meta(paths: Sequence[str]) -> list[tuple[str, str, int]] | None:
+    """(uri, mtime, size) of plain local files without a Spark job; None if any is not one."""
+    out = []
+    for p in paths:
+        local = p[5:] if p.startswith("file:") else p
+        if "://" in p and not p.startswith("file:"):
+            return None
+        path = Path(local)
+        if not path.is_file():
+            return None
+        st = path.stat()
+        out.append((path.resolve().as_uri(), str(st.st_mtime_ns), st.st_size))
+    return out
+
+
 def load_frames(spark: Any, inputs: Sequence[str], cache_dir: str | None, opts: JobOptions) -> Any:
     """The frames DataFrame for ``inputs``: Parquet inputs as they are, the others converted once."""
     parquet = [p for p in inputs if _is_parquet(p)]
     raw_inputs = [p for p in inputs if not _is_parquet(p)]
     frames = [spark.read.parquet(*parquet)] if parquet else []
     if raw_inputs:
-        meta = (
-            spark.read.format("binaryFile")
-            .load(raw_inputs)
-            .select("path", "modificationTime", "length")
-            .collect()
-        )
-        meta.sort(key=lambda m: m["path"])
+        meta = _local_meta(raw_inputs)
+        if meta is None:  # URIs (hdfs://, s3a://, ...) or globs: ask the file system through Spark
+            meta = [
+                (m["path"], str(m["modificationTime"]), m["length"])
+                for m in spark.read.format("binaryFile")
+                .load(raw_inputs)
+                .select("path", "modificationTime", "length")
+                .collect()
+            ]
+        meta.sort()
         if not meta:
             raise JobError(f"no input files found at {', '.join(raw_inputs)}")
-        key = hashlib.sha1(
-            repr([(m["path"], str(m["modificationTime"]), m["length"]) for m in meta]).encode()
-        ).hexdigest()[:16]
-        cache = (cache_dir or os.path.join(tempfile.gettempdir(), "rmqgate-spark-frames")).rstrip("/")
+        key = hashlib.sha1(repr(meta).encode()).hexdigest()[:16]
+        default = os.path.join(tempfile.gettempdir(), "rmqgate-spark-frames")
+        if not spark.sparkContext.master.startswith("local"):
+            default = "rmqgate-spark-frames"  # on the cluster's default file system, where executors write
+        cache = (cache_dir or default).rstrip("/")
         out = f"{cache}/frames-{key}.parquet"
         if _hadoop_exists(spark, f"{out}/_SUCCESS"):
             _say(opts, f"frames: reusing {out}")
         else:
             t = time.perf_counter()
-            paths = [m["path"] for m in meta]
+            paths = [m[0] for m in meta]
             rdd = (
                 spark.sparkContext.binaryFiles(",".join(paths), minPartitions=len(paths))
                 .flatMap(lambda kv: rows_from_bytes(kv[0], kv[1]))
@@ -379,9 +399,15 @@ def run_job(spark: Any, opts: JobOptions) -> dict[str, Any]:
     )
 
     ropts = ReplayOptions(speed=opts.speed, timeout=opts.timeout, grace=opts.grace)
-    outcomes_path = opts.outcomes or tempfile.mkdtemp(prefix="rmqgate-spark-outcomes-")
-    if not opts.outcomes:
-        outcomes_path = os.path.join(outcomes_path, "outcomes.parquet")
+    local = sc.master.startswith("local")
+    scratch = None
+    if opts.outcomes:
+        outcomes_path = opts.outcomes
+    elif local:
+        scratch = tempfile.mkdtemp(prefix="rmqgate-spark-outcomes-")
+        outcomes_path = os.path.join(scratch, "outcomes.parquet")
+    else:  # executors write it: a path on the cluster's default file system
+        outcomes_path = f"rmqgate-spark-outcomes/{uuid.uuid4().hex}.parquet"
     start_at = time.time() + opts.start_delay
     target, broker_map = opts.target, dict(opts.broker_map)
     if shared:
@@ -417,8 +443,10 @@ def run_job(spark: Any, opts: JobOptions) -> dict[str, Any]:
         "replay_wall_s": round(replay_s, 3),
         "aggregate_s": round(aggregate_s, 3),
         "job_s": round(time.perf_counter() - t_all, 3),
-        "outcomes": outcomes_path,
+        "outcomes": None if scratch else outcomes_path,
     }
+    if scratch:
+        shutil.rmtree(scratch, ignore_errors=True)
     write_outputs(report, opts.report, opts.html)
     lat = report["latency_ms"]
     _say(
