@@ -826,7 +826,9 @@ class DefaultMessageStore:
         S = GetMessageStatus
         cq = self.consume_queues.get((topic, queue_id))
         if cq is None:
-            return GetResult(S.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0)
+            # RocketMQ's findConsumeQueue creates an empty queue on demand, so a pull on a queue that
+            # never got a message answers NO_MESSAGE_IN_QUEUE (none is created here for it)
+            return GetResult(S.NO_MESSAGE_IN_QUEUE, 0, 0, 0)
         min_off = cq.get_min_offset_in_queue()
         max_off = cq.get_max_offset_in_queue()
         if max_off == 0:

@@ -61,7 +61,9 @@ def store(tmp_path: Path):
 
 
 def test_put_get_round_trip_and_statuses(store: DefaultMessageStore) -> None:
-    assert store.get_messages("T", 0, 0, 32).status is G.NO_MATCHED_LOGIC_QUEUE
+    empty = store.get_messages("T", 0, 5, 32)  # like a Java broker's on-demand empty queue
+    assert (empty.status, empty.next_begin_offset, empty.max_offset) == (G.NO_MESSAGE_IN_QUEUE, 0, 0)
+    assert "T" not in store.topics()  # a pull does not create queues
     results = [store.put_message(msg(body=b"m%d" % i, TAGS="a", KEYS=f"k{i}")) for i in range(10)]
     assert [r.status for r in results] == [PutMessageStatus.PUT_OK] * 10
     assert [r.queue_offset for r in results] == list(range(10))
@@ -218,7 +220,7 @@ def test_arrival_listener_and_delete_topic(store: DefaultMessageStore) -> None:
     store.meta.commit_offset("g", "L", 1, 2)
     assert store.delete_topics({"L"}) == 1
     assert "L" not in store.topics() and store.meta.query_offset("g", "L", 1) == -1
-    assert store.get_messages("L", 1, 0, 1).status is G.NO_MATCHED_LOGIC_QUEUE
+    assert store.get_messages("L", 1, 0, 1).status is G.NO_MESSAGE_IN_QUEUE
 
 
 def test_restart_keeps_messages_offsets_and_meta(tmp_path: Path) -> None:
