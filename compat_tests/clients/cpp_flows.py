@@ -6,9 +6,11 @@
 ``consume``: a PushConsumer (orderly or concurrent) whose callback records every delivery (body, keys,
 queue, offset, reconsumeTimes, receive time) and answers RECONSUME_LATER while a body is listed in
 ``fail`` with more failures left (``-1`` = always), CONSUME_SUCCESS otherwise. It stops when
-``expect`` distinct bodies were consumed successfully (then lingers ``linger_s``), when ``stop_file``
+``expect`` distinct bodies (starting with ``expect_prefix``) were consumed successfully (then
+lingers ``linger_s``), when ``stop_file``
 exists, or after ``max_s``; ``shutdown`` (default true) calls the consumer's shutdown (unregister,
-unlock) before printing ``RESULT <json>``. The callback is registered straight on the C library so
+unlock) before printing ``RESULT <json>``. Deliveries are recorded when the callback is entered
+(status IN_PROGRESS until it returns). The callback is registered straight on the C library so
 its return value is the consume status (the wrapper's exception path does not return one).
 """
 
@@ -58,6 +60,7 @@ def consume(args: dict[str, Any]) -> dict[str, Any]:
     enough = threading.Event()
     expect = int(args.get("expect", 0))
     slow = float(args.get("slow_s", 0))
+    prefix = str(args.get("expect_prefix", ""))
 
     def on_message(_consumer: Any, handle: Any) -> int:
         msg = client.RecvMessage(handle)
@@ -74,18 +77,21 @@ def consume(args: dict[str, Any]) -> dict[str, Any]:
             "at": time.time(),
             "thread": threading.get_ident(),
         }
-        if slow:
-            time.sleep(slow)
-        with lock:
+        with lock:  # recorded on entry: a message in the callback when the process ends counts too
             left = failures_left.get(body, 0)
             if left != 0:
                 failures_left[body] = left - 1 if left > 0 else -1
+            rec["status"] = "IN_PROGRESS"
+            received.append(rec)
+        if slow:
+            time.sleep(slow)
+        with lock:
+            if left != 0:
                 rec["status"] = "RECONSUME_LATER"
-                received.append(rec)
                 return _CConsumeStatus.RECONSUME_LATER.value
             rec["status"] = "CONSUME_SUCCESS"
-            received.append(rec)
-            done.add(body)
+            if body.startswith(prefix):
+                done.add(body)
             if expect and len(done) >= expect:
                 enough.set()
         return _CConsumeStatus.CONSUME_SUCCESS.value
@@ -108,7 +114,12 @@ def consume(args: dict[str, Any]) -> dict[str, Any]:
     if args.get("shutdown", True):
         consumer.shutdown()
     with lock:
-        return {"received": list(received), "started": started, "stopped": stopped_at, "left": time.time()}
+        return {
+            "received": [dict(r) for r in received],
+            "started": started,
+            "stopped": stopped_at,
+            "left": time.time(),
+        }
 
 
 SCENARIOS = {"consume": consume}
