@@ -220,6 +220,9 @@ class Plan:
     start: float
     connections: list[PlannedConnection]
     broker_addrs: dict[str, str]  # recorded broker address -> broker name
+    #: topics the recorded servers already had when the capture began (their first route lookup
+    #: succeeded before anything in the capture created them): topic -> queue counts and perm
+    preexisting_topics: dict[str, dict[str, int]] = field(default_factory=dict)
 
     @property
     def replayable(self) -> list[PlannedConnection]:
@@ -232,6 +235,8 @@ def load_plan(path: str | Path) -> Plan:
     pending: dict[tuple[int, int], PlannedRequest] = {}  # (conn, opaque) -> c2s request
     server_reqs: dict[tuple[int, int], int] = {}  # (conn, opaque) -> code of an s2c request
     broker_addrs: dict[str, str] = {}
+    touched: set[str] = set()  # topics created, sent to or looked up so far
+    preexisting: dict[str, dict[str, int]] = {}
     start = math.inf
     for rec in iter_records(path):
         if rec.kind == Kind.CONN_OPEN:
@@ -258,6 +263,10 @@ def load_plan(path: str | Path) -> Plan:
             ext = header_ext(rec.data)
             req = PlannedRequest(rec.ts, rec.data, cmd.code, cmd.opaque, cmd.flag, ext)
             start = min(start, rec.ts)
+            if cmd.code == RequestCode.UPDATE_AND_CREATE_TOPIC or cmd.code in SEND_CODES:
+                topic = ext.get("b" if cmd.code in (310, 320, 325) else "topic")
+                if topic:
+                    touched.add(topic)
             if cmd.code in BROKER_ONLY_CODES:
                 pc.skipped = "broker registration traffic"
                 if ext.get("brokerAddr") and ext.get("brokerName"):
@@ -282,6 +291,13 @@ def load_plan(path: str | Path) -> Plan:
                 and cmd.body
             ):
                 broker_addrs.update(broker_addresses(bytes(cmd.body)))
+            if req.code == RequestCode.GET_ROUTEINFO_BY_TOPIC:
+                topic = req.ext.get("topic", "")
+                if topic and topic not in touched and cmd.code == ResponseCode.SUCCESS and cmd.body:
+                    queues = _route_queues(bytes(cmd.body))
+                    if queues and topic != "TBW102" and not topic.startswith(("%RETRY%", "%DLQ%")):
+                        preexisting[topic] = queues
+                touched.add(topic)
         else:
             server_reqs[key] = cmd.code
     for pc in conns.values():
@@ -290,7 +306,72 @@ def load_plan(path: str | Path) -> Plan:
         if not pc.requests and not pc.check_answers and pc.skipped is None:
             pc.skipped = "no requests"
     ordered = sorted(conns.values(), key=lambda c: c.first_ts)
-    return Plan(str(path), 0.0 if start == math.inf else start, ordered, broker_addrs)
+    return Plan(str(path), 0.0 if start == math.inf else start, ordered, broker_addrs, preexisting)
+
+
+def _route_queues(body: bytes) -> dict[str, int] | None:
+    from rmqgate.wire.fastjson import loads
+
+    try:
+        datas = loads(body).get("queueDatas") or []
+        q = datas[0]
+        return {"readQueueNums": int(q["readQueueNums"]), "writeQueueNums": int(q["writeQueueNums"]),
+                "perm": int(q.get("perm", 6))}  # fmt: skip
+    except Exception:
+        return None
+
+
+async def prepare_target(
+    topics: dict[str, dict[str, int]],
+    target: str,
+    brokers: dict[str, str] | None = None,
+    topic_map: dict[str, str] | None = None,
+    timeout: float = 5.0,
+) -> dict[str, str]:
+    """Create on the target the topics the recording shows already existed.
+
+    Returns ``{topic: outcome}``: "created", or the target's refusal (e.g. a Java or rmqgate broker
+    refuses to create ``rmq_sys_*`` topics by admin request; a Java broker auto-creates them on send).
+    """
+    if not topics:
+        return {}
+    topic_map = topic_map or {}
+    if brokers is None:
+        brokers = await discover_brokers(target, timeout)
+    done: dict[str, str] = {}
+    ns = await open_connection(target, timeout=timeout)
+    try:
+        for old, queues in topics.items():
+            topic = topic_map.get(old, old)
+            lookup = RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
+            if (await call(ns, lookup, timeout)).code == ResponseCode.SUCCESS:
+                continue
+            ext = {"topic": topic, "defaultTopic": "TBW102", "readQueueNums": str(queues["readQueueNums"]),
+                   "writeQueueNums": str(queues["writeQueueNums"]), "perm": str(queues["perm"]),
+                   "topicFilterType": "SINGLE_TAG", "topicSysFlag": "0", "order": "false"}  # fmt: skip
+            refused = None
+            for addr in brokers.values():
+                conn = await open_connection(addr, timeout=timeout)
+                try:
+                    resp = await call(
+                        conn, RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_TOPIC, ext), timeout
+                    )
+                finally:
+                    conn.close()
+                if resp.code != ResponseCode.SUCCESS:
+                    refused = f"{response_name(resp.code)}: {resp.remark}"
+            if refused is not None:
+                done[topic] = refused
+                continue
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                if (await call(ns, lookup, timeout)).code == ResponseCode.SUCCESS:
+                    break
+                await asyncio.sleep(0.05)
+            done[topic] = "created"
+    finally:
+        ns.close()
+    return done
 
 
 def _guess_broker_name(server: str, broker_addrs: dict[str, str]) -> str | None:
@@ -445,6 +526,7 @@ class ReplayOptions:
     connect_timeout: float = 5.0
     unanswered_timeout: float = 2.0  # wait for requests the capture has no response to
     route_wait: float = 5.0  # after a topic is created, wait this long at most for its route
+    create_topics: bool = True  # create topics the recording shows pre-existed (replay_file)
     check_wait: float = 15.0  # how long the target may take to send a recorded transaction check
 
 
@@ -943,11 +1025,18 @@ async def replay_file(
 ) -> tuple[dict, list[Outcome]]:
     """load_plan + replay_connections + summarize, for the CLI and tests."""
     plan = load_plan(path)
+    opts = options or ReplayOptions()
+    created: dict[str, str] = {}
+    if opts.create_topics:
+        created = await prepare_target(
+            plan.preexisting_topics, target, None, opts.topic_map, opts.connect_timeout
+        )
     outcomes = await replay_connections(
         plan.replayable, target, options, plan_start=plan.start, progress=progress
     )
     facts = outcomes.facts
     facts["input"] = str(path)
+    facts["preexisting_topics"] = created  # topic -> "created" or why the target refused
     facts["skipped_connections"] = {
         str(c.conn_id): c.skipped for c in plan.connections if c.skipped is not None
     }

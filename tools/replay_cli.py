@@ -64,6 +64,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--html", help="write an HTML report with latency plots here")
     parser.add_argument("--progress", action="store_true", help="show progress even when stderr is not a tty")
     parser.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for a response")
+    parser.add_argument(
+        "--no-create-topics",
+        dest="create_topics",
+        action="store_false",
+        help="do not create on the target the topics the recording shows already existed",
+    )
 
 
 class _Progress:
@@ -160,6 +166,7 @@ def run(args: argparse.Namespace) -> int:
             topic_map=parse_map(args.topic_map),
             broker_map=parse_map(args.broker_map),
             request_timeout=args.timeout,
+            create_topics=args.create_topics,
         )
     except argparse.ArgumentTypeError as exc:
         print(f"rmqgate replay: {exc}", file=sys.stderr)

@@ -137,6 +137,8 @@ def test_plan_of_the_recording(recording: tuple[Path, dict]) -> None:
     pulls = [r for r in consumer.requests if r.code == RequestCode.PULL_MESSAGE]
     assert [r.resp_code for r in pulls] == [19, 0]
     assert pulls[0].recorded_latency > 1.0
+    # nothing in the session created TopicA before its route was served: the broker already had it
+    assert plan.preexisting_topics == {"TopicA": {"readQueueNums": 4, "writeQueueNums": 4, "perm": 6}}
 
 
 async def _replay_against_fresh(
