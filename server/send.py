@@ -36,6 +36,7 @@ from rmqgate.wire.headers import SendMessageRequestHeader
 from rmqgate.wire.layout import FRAME_PREFIX
 from rmqgate.wire.message import (
     PROPERTY_CLUSTER,
+    PROPERTY_DELAY,
     PROPERTY_REAL_QID,
     PROPERTY_REAL_TOPIC,
     PROPERTY_TRANSACTION_PREPARED,
@@ -180,16 +181,20 @@ class SendMessageProcessor(RequestProcessor):
             sys_flag |= _MULTI_TAGS
         born_host, born_port, born_v6 = born_address(channel)
         sys_flag |= born_v6
+        to_dlq = False
         if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
             retry = self._retry_or_dlq(request, h, queue_id)
             if type(retry) is RemotingCommand:
                 return retry
             topic, queue_id = retry
+            to_dlq = topic != h.topic
         if h.batch or request.code == _BATCH:
             return self._send_batch(request, h, topic, queue_id, sys_flag, born_host, born_port, body)
         props = parse_properties(h.properties) if h.properties else {}
         props.pop(PROPERTY_WAIT, None)
         props[PROPERTY_CLUSTER] = self.cluster
+        if to_dlq:
+            props.pop(PROPERTY_DELAY, None)  # msg.setDelayTimeLevel(0)
         if sys_flag & _PREPARED and props.get(PROPERTY_TRANSACTION_PREPARED) == "true":
             if self.broker.config.rejectTransactionMessage:
                 return request.response(
@@ -349,10 +354,10 @@ class SendMessageProcessor(RequestProcessor):
                 ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group not exist, {group}{FAQ}"
             )
         max_times = int(sgc.get("retryMaxTimes", 16))
-        if request.version > MQVersion.V3_4_9 and h.max_reconsume_times is not None:
+        if request.version >= MQVersion.V3_4_9 and h.max_reconsume_times is not None:
             max_times = h.max_reconsume_times
-        if (h.reconsume_times or 0) > max_times:
+        if (h.reconsume_times or 0) >= max_times:
             dlq = DLQ_GROUP_TOPIC_PREFIX + group
-            self.broker.topics.create_in_send_back(dlq, 1, PERM_RW, 0)
+            self.broker.topics.create_in_send_back(dlq, 1, PERM_WRITE, 0)  # DLQ_NUMS_PER_GROUP, as Java
             return dlq, 0
         return h.topic, queue_id

@@ -608,3 +608,25 @@ async def test_query_offset_not_found_for_5x_set_zero_false(Broker) -> None:
         assert resp.code == ResponseCode.QUERY_NOT_FOUND
         assert resp.remark == "Not found, V3_0_6_SNAPSHOT maybe this group consumer boot first"
         await c.aclose()
+
+
+@async_test
+async def test_retry_send_past_max_reconsume_goes_to_dlq(Broker) -> None:
+    async with Broker() as b:
+        c = await b.client()
+        assert (await c.invoke(heartbeat("cid-d", "DG", "DT"))).code == 0  # creates %RETRY%DG
+        ok = send_v2("%RETRY%DG", b"retry-1", extra={"j": "1", "l": "3"})
+        resp = await c.invoke(ok)
+        assert resp.code == 0 and b.broker.topics.get("%DLQ%DG") is None
+        dead = send_v2(
+            "%RETRY%DG", b"dead", extra={"j": "3", "l": "3", "i": format_properties({"DELAY": "3"})}
+        )
+        resp = await c.invoke(dead)
+        assert resp.code == 0
+        dlq = b.broker.topics.get("%DLQ%DG")
+        assert dlq is not None and dlq["perm"] == 2 and dlq["writeQueueNums"] == 1
+        msgs = list(
+            iter_messages(b.store.select_one_message_by_offset(int(resp.ext_fields["msgId"][16:], 16)))
+        )
+        assert msgs[0].topic == "%DLQ%DG" and "DELAY" not in msgs[0].properties
+        await c.aclose()
