@@ -103,7 +103,7 @@ class SubscriptionData:
         }
 
     def matches_all(self) -> bool:
-        return self.sub_string == SUB_ALL or self.expression_type != "TAG"
+        return self.sub_string == SUB_ALL or self.class_filter_mode or self.expression_type != "TAG"
 
 
 @dataclass(slots=True)
