@@ -166,65 +166,84 @@ async def start_proxy(upstream: str, record: Path) -> tuple[asyncio.subprocess.P
     return proc, line.split()[3]
 
 
+async def replay_rate(capture: Path, workdir: Path) -> dict:
+    server = Server(workdir)
+    try:
+        await server.ready()
+        report, _ = await replay_file(capture, server.namesrv, ReplayOptions(speed=None))
+    finally:
+        server.stop()
+    return report
+
+
 async def main(args: argparse.Namespace) -> None:
     work = Path(tempfile.mkdtemp(prefix="bench-replay-"))
-    capture = work / "bench.rmqcap"
-    (work / "a").mkdir()
-    (work / "b").mkdir()
+    sync_capture, pipe_capture = work / "sync.rmqcap", work / "pipelined.rmqcap"
+    for d in ("a", "b", "c"):
+        (work / d).mkdir()
     server = Server(work / "a")
     try:
         await server.ready()
-        proxy, proxy_addr = await start_proxy(server.namesrv, capture)
+        proxy, proxy_addr = await start_proxy(server.namesrv, sync_capture)
         await create_topic(proxy_addr)  # recorded, so the replay creates it too
         await sync_latencies(server.namesrv, 300)  # warm-up
         await sync_latencies(proxy_addr, 300)
         direct: list[float] = []
         proxied: list[float] = []
+        t_direct = t_proxied = 0.0
         for _ in range(args.rounds):
+            t = time.perf_counter()
             direct += await sync_latencies(server.namesrv, args.requests)
+            t_direct += time.perf_counter() - t
+            t = time.perf_counter()
             proxied += await sync_latencies(proxy_addr, args.requests)
+            t_proxied += time.perf_counter() - t
+        proxy.send_signal(signal.SIGTERM)
+        await proxy.wait()
+        proxy, proxy_addr = await start_proxy(server.namesrv, pipe_capture)
+        await create_topic(proxy_addr)
         floor_rps = await pipelined(server.namesrv, args.pipelined, 4, 16)
         proxied_rps = await pipelined(proxy_addr, args.pipelined, 4, 16)
         proxy.send_signal(signal.SIGTERM)
         await proxy.wait()
     finally:
         server.stop()
+    n = args.rounds * args.requests
     d, p = latency_summary(direct), latency_summary(proxied)
     print(
-        f"Proxy overhead: {args.rounds} rounds x {args.requests} sync SEND_MESSAGE_V2 (256 B body), one connection"
+        f"Proxy overhead: {args.rounds} rounds x {args.requests} sync SEND_MESSAGE_V2 (256 B body), one connection;"
     )
+    print("pipelined: 4 connections x 16 requests in flight")
     print_table(
-        ["path", "p50 ms", "p90 ms", "p99 ms", "pipelined req/s"],
+        ["path", "p50 ms", "p90 ms", "p99 ms", "sync req/s", "pipelined req/s"],
         [
-            ["direct (floor)", f"{d['p50']:.3f}", f"{d['p90']:.3f}", f"{d['p99']:.3f}", f"{floor_rps:.0f}"],
-            ["via proxy", f"{p['p50']:.3f}", f"{p['p90']:.3f}", f"{p['p99']:.3f}", f"{proxied_rps:.0f}"],
+            ["direct (floor)", f"{d['p50']:.3f}", f"{d['p90']:.3f}", f"{d['p99']:.3f}", f"{n / t_direct:.0f}",
+             f"{floor_rps:.0f}"],
+            ["via proxy (recording)", f"{p['p50']:.3f}", f"{p['p90']:.3f}", f"{p['p99']:.3f}",
+             f"{n / t_proxied:.0f}", f"{proxied_rps:.0f}"],
             ["added", f"{p['p50'] - d['p50']:+.3f}", f"{p['p90'] - d['p90']:+.3f}", f"{p['p99'] - d['p99']:+.3f}",
-             f"{100 * (proxied_rps / floor_rps - 1):+.1f}%"],
+             f"{100 * (t_direct / t_proxied - 1):+.1f}%", f"{100 * (proxied_rps / floor_rps - 1):+.1f}%"],
         ],
     )  # fmt: skip
-    stats = compute_stats(capture)
-    size = capture.stat().st_size
-    raw = sum(stats["bytes"].values())
-    print(f"\nRecording: {stats['requests']} requests, {raw} frame bytes -> {size} bytes ({raw / size:.1f}x)")
-    replay_server = Server(work / "b")
-    try:
-        await replay_server.ready()
-        t = time.perf_counter()
-        report, _ = await replay_file(capture, replay_server.namesrv, ReplayOptions(speed=None))
-        wall = time.perf_counter() - t
-    finally:
-        replay_server.stop()
+    for cap in (sync_capture, pipe_capture):
+        stats = compute_stats(cap)
+        raw = sum(stats["bytes"].values())
+        print(f"recording {cap.name}: {stats['requests']} requests, {raw} frame bytes -> "
+              f"{cap.stat().st_size} bytes ({raw / cap.stat().st_size:.1f}x)")  # fmt: skip
+    sync_report = await replay_rate(sync_capture, work / "b")
+    pipe_report = await replay_rate(pipe_capture, work / "c")
     print(
-        f"\nReplay at --speed max against a fresh rmqgate ({report['requests']} requests, {wall:.1f} s wall)"
+        "\nReplay at --speed max against a fresh rmqgate; floor = the recorded load run straight at rmqgate"
     )
+    rows = []
+    for what, report, floor in (("sync recording", sync_report, n / t_direct),
+                                ("pipelined recording", pipe_report, floor_rps)):  # fmt: skip
+        rows.append([what, report["requests"], f"{floor:.0f}", f"{report['requests_per_s']:.0f}", report["errors"],
+                     report["mismatches"], f"{report['latency_ms']['p50']:.3f}", f"{report['latency_ms']['p99']:.3f}"])  # fmt: skip
     print_table(
-        ["what", "req/s", "errors", "mismatches", "p50 ms", "p99 ms"],
-        [
-            ["load generator, 4 conns x 16 in flight (floor)", f"{floor_rps:.0f}", "-", "-", "-", "-"],
-            ["replay --speed max", f"{report['requests_per_s']:.0f}", report["errors"], report["mismatches"],
-             f"{report['latency_ms']['p50']:.3f}", f"{report['latency_ms']['p99']:.3f}"],
-        ],
-    )  # fmt: skip
+        ["replayed", "requests", "floor req/s", "replay req/s", "errors", "mismatches", "p50 ms", "p99 ms"],
+        rows,
+    )
 
 
 if __name__ == "__main__":
