@@ -67,6 +67,7 @@ class FeatureServer:
 
     def __init__(self, workdir: Path, conf: str = FEATURE_CONF) -> None:
         self.workdir = workdir
+        workdir.mkdir(parents=True, exist_ok=True)
         self.store = workdir / "store"
         self.conf_path = workdir / "broker.conf"
         self.conf_path.write_text(conf)
