@@ -148,8 +148,10 @@ class CaptureWriter:
         fsync: bool = False,
     ) -> None:
         self.path = Path(path)
+        self._level = level
         self._cctx = zstandard.ZstdCompressor(level=level)
         self._buf = bytearray()
+        self._inflight = 0  # batches taken by ``take`` and not yet written back
         self._flush_bytes = flush_bytes
         self._fsync = fsync
         self.records = 0
@@ -170,7 +172,7 @@ class CaptureWriter:
         buf += _pack_fixed(kind, direction, role, 0, round(ts * 1e6), conn_id, len(data))
         buf += data
         self.records += 1
-        if len(buf) >= self._flush_bytes:
+        if len(buf) >= self._flush_bytes and not self._inflight:
             self.flush()
 
     def frame(self, ts: float, conn_id: int, direction: int, role: int, raw: bytes) -> None:
@@ -185,6 +187,28 @@ class CaptureWriter:
     @property
     def pending(self) -> int:
         return len(self._buf)
+
+    def take(self) -> bytes:
+        """Detach the pending records for ``compress`` elsewhere (a thread); ``put`` the result.
+
+        Until then automatic size-triggered flushes are held back, so zstd frames stay in order.
+        """
+        data = bytes(self._buf)
+        self._buf.clear()
+        self._inflight += 1
+        return data
+
+    def compress(self, data: bytes) -> bytes:
+        """One zstd frame of ``data`` (thread-safe: its own compressor)."""
+        return zstandard.ZstdCompressor(level=self._level).compress(data)
+
+    def put(self, frame: bytes) -> None:
+        self._inflight -= 1
+        if frame:
+            self._fp.write(frame)
+        self._fp.flush()
+        if self._fsync:
+            os.fsync(self._fp.fileno())
 
     def flush(self) -> None:
         if self._buf:

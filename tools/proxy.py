@@ -300,7 +300,7 @@ class _Pipe:
             if dec.buffered:
                 meta[f"{name}_unfinished_bytes"] = dec.buffered
         self.proxy.writer.conn_close(time.time(), self.conn_id, self.role, **meta)
-        self.proxy.writer.flush()
+        self.proxy.flush_soon()
         self.proxy._pipes.discard(self)
 
 
@@ -335,7 +335,9 @@ class RecordingProxy:
         self._pipes: set[_Pipe] = set()
         self._tasks: set[asyncio.Future] = set()
         self._conn_ids = 0
-        self._pending_listeners: dict[str, int] = {}
+        self._flush_now = asyncio.Event()
+        self._stopping = False
+        self._flusher_task: asyncio.Future | None = None
 
     def _next_conn_id(self) -> int:
         self._conn_ids += 1
@@ -358,13 +360,20 @@ class RecordingProxy:
         )
         self._servers.append(server)
         self.port = server.sockets[0].getsockname()[1]
-        self._track(asyncio.ensure_future(self._flusher()))
+        self._flusher_task = asyncio.ensure_future(self._flusher())
+
+    def flush_soon(self) -> None:
+        self._flush_now.set()
 
     async def _flusher(self) -> None:
-        while True:
-            await asyncio.sleep(self.flush_interval)
+        """Flush on a timer and on request; compression runs in a thread, off the event loop."""
+        while not self._stopping:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._flush_now.wait(), self.flush_interval)
+            self._flush_now.clear()
             if self.writer.pending:
-                self.writer.flush()
+                data = self.writer.take()
+                self.writer.put(await asyncio.to_thread(self.writer.compress, data))
 
     def _broker_listener(self, addr: str, name: str) -> int:
         """The proxy port for broker ``addr``, opening its listener synchronously on first use."""
@@ -412,6 +421,10 @@ class RecordingProxy:
         for server in self._servers:
             with contextlib.suppress(Exception):
                 await server.wait_closed()
+        self._stopping = True
+        self._flush_now.set()
+        if self._flusher_task is not None:
+            await self._flusher_task  # finishes the batch it may be compressing
         self.writer.flush()
 
 

@@ -246,3 +246,16 @@ def test_rmqgate_pcap_convert_and_capture_stats_commands(corpus: Path, tmp_path:
     with redirect_stdout(out):
         assert capture_cli.run(argparse.Namespace(capture_command="stats", file=str(dst), json=True)) == 0
     assert json.loads(out.getvalue())["by_code"]["SEND_BATCH_MESSAGE"]["count"] > 0
+
+
+def test_batches_compressed_elsewhere_keep_their_order(tmp_path: Path) -> None:
+    path = tmp_path / "t.rmqcap"
+    w = CaptureWriter(path, flush_bytes=64)
+    w.frame(1.0, 1, 0, 1, b"a" * 10)
+    batch = w.take()
+    for i in range(20):  # over flush_bytes, but held back while the batch is out
+        w.frame(2.0 + i, 1, 0, 1, b"b" * 10)
+    assert w.pending > 64
+    w.put(w.compress(batch))
+    w.close()
+    assert [r.data[:1] for r in read_capture(path)] == [b"a"] + [b"b"] * 20
