@@ -131,6 +131,7 @@ class Channel(asyncio.Protocol):
         self.connected: asyncio.Future[None] = self._loop.create_future()
         self.attrs: dict[str, Any] = {}  # per-connection state processors may keep
         self._out: list[bytes] | None = None  # responses collected during one data_received
+        self._out_size = 0
 
     # --- asyncio.Protocol ------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -166,6 +167,8 @@ class Channel(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         self._resume(self._PAUSE_WRITE)
+        if self._backlog:
+            self._drain()
 
     def data_received(self, data: bytes) -> None:
         self.last_active = self._loop.time()
@@ -187,22 +190,36 @@ class Channel(asyncio.Protocol):
         if len(commands) == 1:
             self._on_command(commands[0])
             return
-        # Several requests in one read (pipelining clients): their immediate responses leave in one write.
-        self._out = out = []
+        # Several requests in one read (pipelining clients): their immediate responses leave in one write
+        # (or several, each once past the write high-water mark).
+        self._out = []
+        self._out_size = 0
         try:
             for cmd in commands:
                 self._on_command(cmd)
         finally:
+            self._flush_out()
             self._out = None
-            if out and not self.closed and self.transport is not None:
-                self.transport.write(b"".join(out))
 
     def _write(self, data: bytes) -> None:
         out = self._out
         if out is not None:
             out.append(data)
+            self._out_size += len(data)
+            if self._out_size > self._write_high_water:
+                self._flush_out()
         elif not self.closed and self.transport is not None:
             self.transport.write(data)
+
+    def _flush_out(self) -> None:
+        """Hand the collected responses to the transport (which may call pause_writing at once)."""
+        out = self._out
+        if out:
+            data = b"".join(out)
+            out.clear()
+            self._out_size = 0
+            if not self.closed and self.transport is not None:
+                self.transport.write(data)
 
     # --- dispatch --------------------------------------------------------------------------------
     def _on_command(self, cmd: RemotingCommand) -> None:
@@ -213,7 +230,8 @@ class Channel(asyncio.Protocol):
             if fut is not None and not fut.done():
                 fut.set_result(cmd)
             return
-        if self._backlog or len(self._tasks) >= self._max_inflight:
+        if self._backlog or self._paused & self._PAUSE_WRITE or len(self._tasks) >= self._max_inflight:
+            # wait: too many unfinished requests, or the peer is not reading its responses
             self._backlog.append(cmd)
             self._pause(self._PAUSE_INFLIGHT)
             return
@@ -261,8 +279,16 @@ class Channel(asyncio.Protocol):
 
     def _task_done(self, task: asyncio.Task[Any]) -> None:
         self._tasks.discard(task)
+        self._drain()
+
+    def _drain(self) -> None:
         backlog = self._backlog
-        while backlog and len(self._tasks) < self._max_inflight and not self.closed:
+        while (
+            backlog
+            and len(self._tasks) < self._max_inflight
+            and not self._paused & self._PAUSE_WRITE
+            and not self.closed
+        ):
             self._dispatch(backlog.popleft())
         if not backlog:
             self._resume(self._PAUSE_INFLIGHT)
@@ -295,11 +321,8 @@ class Channel(asyncio.Protocol):
             self.close()
             return
         self.last_active = self._loop.time()
-        out = self._out
-        if out is not None:
-            out.append(head)
-            if body is not None:
-                out.append(bytes(body))
+        if self._out is not None:
+            self._write(head if body is None else head + bytes(body))
         elif body is None:
             self.transport.write(head)
         else:
