@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rmqgate.server.client import RemotingClient
-from rmqgate.spark.plan import ConnPlan, Step
+from rmqgate.spark.plan import PULL_CODES, ConnPlan, Step
 from rmqgate.wire.codes import ResponseCode
 from rmqgate.wire.command import ONEWAY_FLAG, RemotingCommand
 from rmqgate.wire.frame import decode_frame
@@ -46,6 +46,7 @@ OUTCOME_COLUMNS: tuple[tuple[str, str], ...] = (
     ("req_bytes", "int"),
     ("resp_bytes", "int"),
     ("error", "string"),
+    ("long_poll", "boolean"),  # a pull the recorded broker held (its latency is reported apart)
     ("task_cpu_s", "double"),  # CPU seconds the whole task used replaying (same on each of its rows)
 )
 OUTCOME_DDL = ", ".join(f"{n} {t}" for n, t in OUTCOME_COLUMNS)
@@ -97,6 +98,7 @@ def _outcome(
         len(step.frame),
         resp_bytes,
         error,
+        step.code in PULL_CODES and step.expected is None,
     )
 
 
@@ -332,6 +334,7 @@ async def _replay_shared(
                 len(req.raw) if req is not None else 0,
                 0,
                 o.error,
+                bool(o.long_poll),
             )
         )
     return rows

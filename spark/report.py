@@ -39,6 +39,7 @@ def aggregate(outcomes: Any) -> dict[str, Any]:
 
     df = outcomes
     ok = F.col("status") == "ok"
+    short = ok & ~F.col("long_poll")  # latency percentiles leave held pulls out, as rmqgate replay
     end_s = F.when(ok, F.col("sent_s") + F.col("latency_ms") / 1000.0).otherwise(F.col("sent_s"))
     qs = F.array(*[F.lit(q) for q in PERCENTILES])
 
@@ -54,13 +55,18 @@ def aggregate(outcomes: Any) -> dict[str, Any]:
         .collect()
     )
     # 2. latency overall (code null) and by code, and the time span, in one rollup
+    long_ok = ok & F.col("long_poll")
     lat_rows = (
         df.rollup("code")
         .agg(
-            F.percentile(F.when(ok, F.col("latency_ms")), qs).alias("p"),
-            F.max(F.when(ok, F.col("latency_ms"))).alias("mx"),
-            F.avg(F.when(ok, F.col("latency_ms"))).alias("mean"),
-            F.sum(ok.cast("int")).alias("n"),
+            F.percentile(F.when(short, F.col("latency_ms")), qs).alias("p"),
+            F.max(F.when(short, F.col("latency_ms"))).alias("mx"),
+            F.avg(F.when(short, F.col("latency_ms"))).alias("mean"),
+            F.sum(short.cast("int")).alias("n"),
+            F.percentile(F.when(long_ok, F.col("latency_ms")), qs).alias("lp"),
+            F.max(F.when(long_ok, F.col("latency_ms"))).alias("lmx"),
+            F.avg(F.when(long_ok, F.col("latency_ms"))).alias("lmean"),
+            F.sum(long_ok.cast("int")).alias("ln"),
             F.min("sent_s").alias("first_s"),
             F.max(end_s).alias("last_s"),
             F.countDistinct("conn", "clone").alias("connections"),
@@ -132,6 +138,9 @@ def aggregate(outcomes: Any) -> dict[str, Any]:
         ],
         "by_code": dict(sorted(by_code.items(), key=lambda kv: -kv[1]["count"])),
         "latency_ms": _lat(overall["p"], overall["mx"], int(overall["n"] or 0), overall["mean"]),
+        "long_poll_latency_ms": _lat(
+            overall["lp"], overall["lmx"], int(overall["ln"] or 0), overall["lmean"]
+        ),
         "duration_s": round(duration, 3),
         "requests_per_s": round(requests / duration, 1) if duration > 0 else 0.0,
         "status": status,
