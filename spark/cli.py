@@ -90,7 +90,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--frames-cache", metavar="DIR", help="where decoded Parquet frames are kept (default: tmp)"
     )
     g.add_argument("--outcomes", metavar="DIR", help="write per-request outcomes as Parquet here")
-    g.add_argument("--start-delay", type=float, default=0.5, help="seconds between scheduling and time zero")
+    g.add_argument("--start-delay", type=float, default=1.0, help="seconds between scheduling and time zero")
     g.add_argument(
         "--engine",
         choices=("shared", "builtin"),

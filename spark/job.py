@@ -78,7 +78,7 @@ class JobOptions:
     partitions: int | None = None  # default: Spark's default parallelism
     timeout: float = 10.0
     grace: float = 1.0
-    start_delay: float = 0.5
+    start_delay: float = 1.0
     topic_map: dict[str, str] = field(default_factory=dict)
     broker_map: dict[str, str] = field(default_factory=dict)  # recorded broker name -> target name
     engine: str = "shared"  # "shared": tools/replay.py's engine in each task; "builtin": spark/executor.py's
