@@ -1,0 +1,138 @@
+"""Delay levels: DELAY property -> SCHEDULE_TOPIC_XXXX -> the real topic when due, across restarts.
+
+Real clients: ali-ons 3.12.0 (Message.delayTimeLevel) and the C++ core (rocketmq-python-cvs 2.1.0.3,
+DELAY property) produce; their push consumers must receive each message once, inside the level's
+time window. Restart tests (raw wire client): messages not yet due when the broker stops are
+delivered once after it starts again, and ones delivered before are not delivered again.
+
+Runs against its own `rmqgate serve --conf` (compat_tests/flows.py FEATURE_CONF: messageDelayLevel
+"1s 2s 1s ..."; level 2 = 2 s).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rmqgate.compat_tests.flows import FeatureServer, cpp_flow, cpp_produce, node_flow
+from rmqgate.compat_tests.wire_client import WireClient, stored_messages, wait_until
+
+pytestmark = pytest.mark.slow
+
+LEVEL = 2
+DELAY_S = 2.0
+#: receive time - send time: at least the delay, at most the delay plus delivery/pull latency
+WINDOW = (DELAY_S - 0.05, DELAY_S + 2.5)
+
+
+@pytest.fixture(scope="module")
+def flow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FeatureServer]:
+    server = FeatureServer(tmp_path_factory.mktemp("delay")).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def stored(server: FeatureServer, topic: str, queues: int = 4) -> list[Any]:
+    return [m for ms in stored_messages(server.broker, topic, queues).values() for m in ms]
+
+
+def test_ali_ons_delayed_messages_arrive_in_their_window(
+    flow_server: FeatureServer, uniq: Any, tmp_path: Path
+) -> None:
+    topic = flow_server.create_topic(uniq(), 4)
+    group = uniq("cg")
+    flow_server.create_topic("%RETRY%" + group, 1)
+    consumer = node_flow(
+        "consume.js",
+        {"namesrv": flow_server.namesrv, "topic": topic, "group": group, "expect": 4, "waitMs": 30000,
+         "lingerMs": 2000, "timeoutMs": 60000, "consumeFromWhere": "CONSUME_FROM_FIRST_OFFSET"},
+        tmp_path,
+    )  # fmt: skip
+    time.sleep(3)  # the consumer is up and polling
+    assert stored(flow_server, topic) == []
+    produced = node_flow(
+        "produce.js",
+        {
+            "namesrv": flow_server.namesrv,
+            "topic": topic,
+            "group": uniq("pg"),
+            "count": 4,
+            "delayLevel": LEVEL,
+        },
+        tmp_path,
+    ).result()
+    assert [r["sendStatus"] for r in produced["results"]] == ["SEND_OK"] * 4
+    sent_at = {f"body-{i}": r["sentAt"] for i, r in enumerate(produced["results"])}
+    assert stored(flow_server, topic) == []  # parked in SCHEDULE_TOPIC_XXXX, not visible yet
+    got = consumer.result()["received"]
+    assert sorted(m["body"] for m in got) == sorted(sent_at)  # each once
+    for m in got:
+        waited = (m["receivedAt"] - sent_at[m["body"]]) / 1000
+        assert WINDOW[0] <= waited <= WINDOW[1], f"{m['body']} arrived {waited:.2f} s after the send"
+        assert m["topic"] == topic and m["reconsumeTimes"] == 0
+        assert m["storeTimestamp"] - m["bornTimestamp"] >= DELAY_S * 1000 - 50
+    for m in stored(flow_server, topic):
+        assert "DELAY" not in m.properties and m.properties["REAL_TOPIC"] == topic
+
+
+def test_cpp_delayed_messages_arrive_in_their_window(
+    flow_server: FeatureServer, uniq: Any, tmp_path: Path
+) -> None:
+    topic = flow_server.create_topic(uniq(), 4)
+    group = uniq("cg")
+    flow_server.create_topic("%RETRY%" + group, 1)
+    consumer = cpp_flow(
+        {"scenario": "consume", "namesrv": flow_server.namesrv, "topic": topic, "group": group, "expect": 4,
+         "max_s": 30, "linger_s": 2.0},
+        tmp_path,
+    )  # fmt: skip
+    time.sleep(2)
+    before = time.time()
+    res = cpp_produce(
+        {"namesrv": flow_server.namesrv, "topic": topic, "group": uniq("pg"), "count": 4,
+         "properties": {"DELAY": str(LEVEL)}},
+        tmp_path,
+    )  # fmt: skip
+    after = time.time()
+    assert [r["status"] for r in res["results"]] == [0] * 4
+    got = consumer.result()["received"]
+    assert sorted(m["body"] for m in got) == [f"body-{i}" for i in range(4)]  # each once
+    for m in got:
+        assert before + WINDOW[0] <= m["at"] <= after + WINDOW[1], f"{m['body']} at {m['at'] - before:.2f} s"
+        assert m["store_timestamp"] - m["born_timestamp"] >= DELAY_S * 1000 - 50
+        assert m["topic"] == topic
+
+
+def _send_delayed(c: WireClient, topic: str, body: bytes, level: int) -> None:
+    resp = c.send_message(topic, body, queue_id=0, properties={"DELAY": str(level)})
+    assert resp.code == 0, resp
+
+
+def test_restart_delivers_each_delayed_message_once(tmp_path: Path, uniq: Any) -> None:
+    server = FeatureServer(tmp_path / "srv").start()
+    try:
+        topic = server.create_topic(uniq(), 4)
+        with WireClient(server.broker) as c:
+            _send_delayed(c, topic, b"before-restart", 1)
+        assert wait_until(lambda: len(stored(server, topic)) == 1, timeout=5)
+        with WireClient(server.broker) as c:
+            for i in range(3):
+                _send_delayed(c, topic, f"due-after-restart-{i}".encode(), LEVEL)
+        assert server.stop() == 0  # none of the level-2 messages is due yet
+        server.start()
+        assert wait_until(lambda: len(stored(server, topic)) == 4, timeout=10)
+        time.sleep(2.5)  # nothing comes twice
+        bodies = sorted(bytes(m.body).decode() for m in stored(server, topic))
+        assert bodies == ["before-restart"] + [f"due-after-restart-{i}" for i in range(3)]
+        assert server.stop() == 0
+        server.start()  # a second restart with everything delivered: still once
+        time.sleep(2.5)
+        assert len(stored(server, topic)) == 4
+    finally:
+        server.stop()
