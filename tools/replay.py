@@ -652,6 +652,8 @@ class _Replay:
         slot = pc.conn_id if self.opts.connections is None else pc.conn_id % self.opts.connections
         key = (addr, slot)
         fut = self.shared.get(key)
+        if fut is not None and fut.done() and (fut.exception() is not None or fut.result().closed):
+            fut = None  # reconnect, as the client would have
         if fut is None:
             fut = self.shared[key] = asyncio.ensure_future(
                 open_connection(
