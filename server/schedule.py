@@ -123,6 +123,8 @@ class ScheduleMessageService:
                 event.clear()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(event.wait(), wait)
+            else:
+                await asyncio.sleep(0)  # a backlog: let the rest of the broker run between batches
 
     def deliver(self, level: int) -> float:
         """Deliver what is due in ``level``; returns seconds until it should run again (0 = now)."""
@@ -132,7 +134,7 @@ class ScheduleMessageService:
         units = store.get_consume_queue_units(SCHEDULE_TOPIC, queue_id, offset, BATCH)
         if not units:
             if offset < store.get_max_offset_in_queue(SCHEDULE_TOPIC, queue_id):
-                return 0.0  # the next ConsumeQueue file
+                return 0.1  # the next ConsumeQueue file is being created
             return IDLE_WAIT
         now = int(time.time() * 1000)
         delay = self.levels[level]
