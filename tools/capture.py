@@ -20,19 +20,25 @@ from pathlib import Path
 from typing import BinaryIO
 
 import zstandard
-from construct import Bytes, Const, Int8ub, Int16ub, Int32ub, Int64sb, PascalString, Struct, this
+from construct import Bytes, Const, Int8ub, Int16ub, Int32ub, Int64sb, Struct, this
 
 from rmqgate.wire.layout import fixed_struct
 
 MAGIC = b"RMQCAP"
 FORMAT_VERSION = 1
 
+#: The fixed fields of the file header, after the magic.
+HeaderFields = Struct(
+    "version" / Int16ub,
+    "start_time_us" / Int64sb,
+    "source_length" / Int16ub,
+)
+
 #: The file header (uncompressed, so ``file``/``head`` can identify a capture).
 FileHeader = Struct(
     "magic" / Const(MAGIC),
-    "version" / Int16ub,
-    "start_time_us" / Int64sb,
-    "source" / PascalString(Int16ub, "utf8"),
+    "fields" / HeaderFields,
+    "source" / Bytes(this.fields.source_length),
 )
 
 #: One record of the decompressed stream. ``data`` is a raw frame (length prefix included) for
@@ -52,7 +58,7 @@ RECORD_FIXED = fixed_struct(Record)  # everything before ``data``
 _pack_fixed = RECORD_FIXED.pack
 _unpack_fixed = RECORD_FIXED.unpack_from
 _FIXED_SIZE = RECORD_FIXED.size
-_HEADER_FIXED = fixed_struct(Struct("version" / Int16ub, "start_time_us" / Int64sb, "source_len" / Int16ub))
+_HEADER_FIXED = fixed_struct(HeaderFields)
 
 
 class Kind(IntEnum):
@@ -102,9 +108,9 @@ class CaptureRecord:
 
 def encode_header(source: str, start_time: float | None = None) -> bytes:
     start = time.time() if start_time is None else start_time
-    return FileHeader.build(
-        {"version": FORMAT_VERSION, "start_time_us": round(start * 1e6), "source": source}
-    )
+    raw = source.encode()
+    fields = {"version": FORMAT_VERSION, "start_time_us": round(start * 1e6), "source_length": len(raw)}
+    return FileHeader.build({"fields": fields, "source": raw})
 
 
 def _read_header(fp: BinaryIO) -> tuple[CaptureHeader, int]:

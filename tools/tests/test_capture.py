@@ -259,3 +259,16 @@ def test_batches_compressed_elsewhere_keep_their_order(tmp_path: Path) -> None:
     w.put(w.compress(batch))
     w.close()
     assert [r.data[:1] for r in read_capture(path)] == [b"a"] + [b"b"] * 20
+
+
+def test_file_header_is_the_construct_declaration(tmp_path: Path) -> None:
+    from rmqgate.tools.capture import FileHeader
+
+    path = tmp_path / "h.rmqcap"
+    CaptureWriter(path, source="proxy:ns:9876", start_time=12.5).close()
+    parsed = FileHeader.parse(path.read_bytes())
+    assert (parsed.fields.version, parsed.fields.start_time_us, parsed.source) == (
+        1,
+        12_500_000,
+        b"proxy:ns:9876",
+    )
