@@ -187,3 +187,34 @@ def test_assign_partitions_balances_request_counts() -> None:
     assert sorted(loads_) == [190, 190]
     assert assign[("a", 0)] != assign[("a", 1)]  # clones of a connection spread out
     assert set(assign_partitions(weights, 8).values()) == set(range(6))
+
+
+def test_capture_file_gives_the_same_rows_as_its_pcap(corpus: Path, tmp_path: Path) -> None:
+    from rmqgate.tools.traffic import convert_pcap
+
+    pcap = corpus / "pcap" / "c_BatchSend.pcap"
+    cap = tmp_path / "c.rmqcap"
+    convert_pcap(pcap, cap)
+    from_pcap = rows_from_path(str(pcap))
+    from_cap = list(rows_from_bytes("c.rmqcap", cap.read_bytes()))
+
+    def key(r: dict) -> tuple:
+        return (
+            r["ts"],
+            r["direction"],
+            r["client"],
+            r["server"],
+            r["code"],
+            r["req_code"],
+            r["opaque"],
+            r["raw"],
+        )
+
+    assert sorted(map(key, from_cap)) == sorted(map(key, from_pcap))
+    assert {r["role"] for r in from_cap} == {"namesrv", "broker"}  # recorded, not guessed
+    by_conn: dict[str, list] = collections.defaultdict(list)
+    for r in from_cap:
+        by_conn[r["conn"]].append(r)
+    t0 = min(r["ts"] for r in from_cap)
+    steps = sum(len(p.steps) for k, rs in by_conn.items() if (p := build_conn_plan(k, rs, t0)))
+    assert steps == sum(len(p.steps) for p in _plans(pcap))
