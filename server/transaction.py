@@ -38,6 +38,7 @@ from rmqgate.wire.message import (
     PROPERTY_TAGS,
     PROPERTY_TRANSACTION_CHECK_TIMES,
     PROPERTY_TRANSACTION_PREPARED,
+    PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET,
     PROPERTY_UNIQ_KEY,
     PROPERTY_WAIT,
     MessageExt,
@@ -92,6 +93,7 @@ class TransactionalMessageService:
         self.timeout_ms = c.transactionTimeOut
         self.check_interval = c.transactionCheckInterval / 1000.0
         self.check_max = c.transactionCheckMax
+        self.reserved_ms = c.fileReservedTime * 3_600_000
         #: op records at or after the op consume offset: op queue offset -> half queue offset
         self.ops: dict[int, int] = {}
         self.done: set[int] = set()  # half queue offsets with an op record (>= the check offset)
@@ -237,18 +239,24 @@ class TransactionalMessageService:
                 continue
             props = half.properties
             times = int(props.get(PROPERTY_TRANSACTION_CHECK_TIMES, "0") or 0)
-            if times >= self.check_max:
-                self._discard(half)
+            if times >= self.check_max or start - half.born_timestamp > self.reserved_ms:
+                self._discard(half)  # checked too often, or older than the store keeps files
                 i += 1
                 continue
             if half.store_timestamp >= start:
                 break  # put during this pass (a copy made just now)
-            immunity = self.timeout_ms
-            immunity_s = props.get(PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS)
-            if immunity_s and immunity_s.isdigit():
-                immunity = int(immunity_s) * 1000
             age = start - half.born_timestamp
-            if 0 <= age < immunity:
+            immunity_s = props.get(PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS)
+            if immunity_s is not None:
+                immunity = int(immunity_s) * 1000 if immunity_s.isdigit() else self.timeout_ms
+                if age < immunity:  # immune, but must not hold up the halves behind it
+                    copy = self._put_back(half, times, immunity=True)
+                    if copy is None:
+                        break
+                    self.reput[i] = copy.queue_offset
+                    i += 1
+                    continue
+            elif 0 <= age < self.timeout_ms:
                 break  # younger halves follow
             copy = self._put_back(half, times + 1)
             if copy is None:
@@ -275,10 +283,14 @@ class TransactionalMessageService:
         self.done = {h for h in self.done if h >= half_offset}
         self.reput = {k: v for k, v in self.reput.items() if v >= half_offset or v in self.reput}
 
-    def _put_back(self, half: MessageExt, times: int) -> MessageExt | None:
-        """``putBackHalfMsgQueue``: the half again at the end of the queue, one more check counted."""
+    def _put_back(self, half: MessageExt, times: int, *, immunity: bool = False) -> MessageExt | None:
+        """``putBackHalfMsgQueue``: the half again at the end of the queue, one more check counted
+        (an immune half's copy counts none and remembers the offset it was first prepared at)."""
         copy = _copy(half)
-        copy.properties[PROPERTY_TRANSACTION_CHECK_TIMES] = str(times)
+        if immunity:
+            copy.properties.setdefault(PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET, str(half.queue_offset))
+        else:
+            copy.properties[PROPERTY_TRANSACTION_CHECK_TIMES] = str(times)
         result: PutResult = self.store.put_message(copy)
         if result.status not in _PUT_DONE:
             log.error("re-put of half %d failed: %s", half.queue_offset, result.status)

@@ -50,9 +50,17 @@ def make_broker(root: Path, **overrides: Any) -> BrokerController:
 
 
 def half_request(
-    topic: str, group: str, uniq: str, *, born: int | None = None, body: bytes = b"tx"
+    topic: str,
+    group: str,
+    uniq: str,
+    *,
+    born: int | None = None,
+    body: bytes = b"tx",
+    immunity_s: int | None = None,
 ) -> RemotingCommand:
     props = {"TRAN_MSG": "true", "PGROUP": group, "UNIQ_KEY": uniq, "TAGS": "TagTx", "WAIT": "true"}
+    if immunity_s is not None:
+        props["CHECK_IMMUNITY_TIME_IN_SECONDS"] = str(immunity_s)
     ext = {
         "a": group,
         "b": topic,
@@ -348,3 +356,41 @@ def test_iter_messages_sanity_of_check_body() -> None:
         "msgId": "UK",
         "transactionId": "UK",
     }
+
+
+@async_test
+async def test_immune_half_does_not_hold_up_older_ones_and_can_still_be_ended(tmp_path: Path) -> None:
+    broker = make_broker(tmp_path / "s", transactionTimeOut=100)
+    await broker.start()
+    try:
+        checks: asyncio.Queue[RemotingCommand] = asyncio.Queue()
+        c = await RemotingClient.connect("127.0.0.1", broker.port, on_request=checks.put)
+        await heartbeat(c, "client-i", "PG")
+        immune = half_request("TxI", "PG", "U9", immunity_s=60)
+        resp = await c.invoke(immune)
+        ext = resp.ext_fields or {}
+        qoff, phys = int(ext["queueOffset"]), decode_offset_msg_id(ext["msgId"])[2]
+        await send_half(c, "TxI", "PG", "U10", born=int(time.time() * 1000) - 5000)
+        await asyncio.sleep(0.01)  # a pass stops at halves stored in its own millisecond
+        assert await broker.transactions.check() == 1  # U10 checked although U9 sits before it
+        check = await asyncio.wait_for(checks.get(), 5)
+        assert check.ext_fields["msgId"] == "U10"  # type: ignore[index]
+        halves = stored(broker, RMQ_SYS_TRANS_HALF_TOPIC)
+        assert [(h.properties["UNIQ_KEY"], h.properties.get("TRANSACTION_CHECK_TIMES")) for h in halves] == [
+            ("U9", None), ("U10", None), ("U9", None), ("U10", "1"),
+        ]  # fmt: skip
+        assert halves[2].properties["TRAN_PREPARED_QUEUE_OFFSET"] == str(qoff)
+        # the producer ends U9 with the offsets its send returned: the immune copy is what gets done
+        assert (await c.invoke(end_request("PG", qoff, phys, COMMIT, "U9"))).code == 0
+        assert [m.properties["UNIQ_KEY"] for m in stored(broker, "TxI", 1)] == ["U9"]
+        (op,) = stored(broker, RMQ_SYS_TRANS_OP_HALF_TOPIC)
+        assert bytes(op.body) == str(halves[2].queue_offset).encode()
+        await asyncio.sleep(0.01)
+        await broker.transactions.check()
+        last = stored(broker, RMQ_SYS_TRANS_HALF_TOPIC)[4:]  # U9 is done: only U10 is copied (checked) again
+        assert [(h.properties["UNIQ_KEY"], h.properties["TRANSACTION_CHECK_TIMES"]) for h in last] == [
+            ("U10", "2")
+        ]
+        await c.aclose()
+    finally:
+        await broker.stop()
