@@ -155,6 +155,8 @@ class IndexService:
         if not self.dir.is_dir():
             return None
         rebuild_from: int | None = None
+        for p in self.dir.glob("*.tmp"):
+            p.unlink(missing_ok=True)
         for p in sorted(x for x in self.dir.iterdir() if x.is_file() and x.name.isdigit()):
             f = IndexFile(p, self.hash_slot_num, self.index_num)
             if not last_exit_ok and f.end_timestamp > index_checkpoint_ts:

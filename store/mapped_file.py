@@ -149,6 +149,8 @@ class MappedFileQueue:
     def load(self) -> None:
         if not self.store_path.is_dir():
             return
+        for p in self.store_path.glob("*.tmp"):  # a segment being created when the process died
+            p.unlink(missing_ok=True)
         names = sorted(p for p in self.store_path.iterdir() if p.is_file() and p.name.isdigit())
         for p in names:
             if p.stat().st_size != self.mapped_file_size:

@@ -189,6 +189,7 @@ def test_sigkill_sync_flush_writer_many_times(tmp_path: Path) -> None:
         lines = out.split(b"\n")
         acked.update(int(x) for x in lines if x.strip() and x != b"ready")
         present = verify_store(root, acked)
+        assert not list(root.rglob("*.tmp"))  # half-created segments are cleared on open
         assert present >= len(acked)
         done += 1
         kills.append(present)
