@@ -84,7 +84,6 @@ class IndexFile:
         else:
             diff = min(max((store_timestamp - self.begin_timestamp) // 1000, 0), _INT_MAX)
         _entry_pack(buf, self.entries_pos + count * 20, key_hash, phy_offset, diff, prev)
-        _slot_pack(buf, slot_pos, count)
         if count <= 1:
             self.begin_phy_offset = phy_offset
             self.begin_timestamp = store_timestamp
@@ -92,7 +91,10 @@ class IndexFile:
         self.index_count = count + 1
         self.end_phy_offset = phy_offset
         self.end_timestamp = store_timestamp
-        self._write_header()  # slots point at entries <= index_count: keep the count current
+        # entry, header, then slot: a process killed in between leaves at worst an unlinked entry
+        # (its message is re-indexed on recovery), never a slot pointing past index_count
+        self._write_header()
+        _slot_pack(buf, slot_pos, count)
         return True
 
     def is_time_matched(self, begin: int, end: int) -> bool:

@@ -79,6 +79,16 @@ _DISK_WARNING_RATIO = 90  # diskSpaceWarningLevelRatio: stop accepting writes
 _log = logging.getLogger(__name__)
 
 
+def _boot_id() -> str:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text("ascii").strip()
+    except OSError:
+        return ""  # unknown: every crash is treated as a possible power loss
+
+
+_BOOT_ID = _boot_id()
+
+
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -289,6 +299,13 @@ class DefaultMessageStore:
             raise RuntimeError(f"store {self.root} is locked by another process") from None
         self.abort_file = self.root / "abort"
         self.last_exit_ok = not self.abort_file.exists()
+        # The abort file (only its existence matters to RocketMQ) holds the kernel boot id: a crash
+        # within the same boot lost no page-cache writes, so mapped index files can be trusted.
+        self.same_boot = (
+            not self.last_exit_ok
+            and bool(_BOOT_ID)
+            and self.abort_file.read_text("ascii", "replace").strip() == _BOOT_ID
+        )
         self.checkpoint = StoreCheckpoint(self.root / "checkpoint")
         self.commitlog = CommitLog(self.root, config.mapped_file_size_commitlog)
         self.consume_queues: dict[tuple[str, int], ConsumeQueue] = {}
@@ -331,7 +348,7 @@ class DefaultMessageStore:
             store._close_files()
             os.close(store._lock_fd)
             raise
-        store.abort_file.touch()
+        store.abort_file.write_text(_BOOT_ID, "ascii")
         _fsync_dir(store.root)
         store._shutdown = False
         if start_services:
@@ -387,7 +404,9 @@ class DefaultMessageStore:
                         )
                         cq.load()
                         self.consume_queues[(tdir.name, int(qdir.name))] = cq
-        index_rebuild_from = self.index.load(self.last_exit_ok, self.checkpoint.index_msg_timestamp)
+        index_rebuild_from = self.index.load(
+            self.last_exit_ok or self.same_boot, self.checkpoint.index_msg_timestamp
+        )
         for cq in self.consume_queues.values():
             cq.recover()
 
