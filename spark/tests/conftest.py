@@ -28,6 +28,12 @@ def spark() -> Iterator[object]:
 
 
 @pytest.fixture(scope="session")
+def frames_cache(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """One Parquet frames cache for the session: each capture is decoded once."""
+    return str(tmp_path_factory.mktemp("frames"))
+
+
+@pytest.fixture(scope="session")
 def responder() -> Iterator[str]:
     from rmqgate.spark.responder import start_in_subprocess
 

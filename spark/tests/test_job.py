@@ -61,7 +61,7 @@ def max_offsets(namesrv: str, topic: str) -> list[int]:
     [("a_SyncSendPushConsume", "shared"), ("c_BatchSend", "shared"), ("c_BatchSend", "builtin")],
 )
 def test_replay_against_rmqgate_lands_every_send(
-    spark, rmqgate, corpus: Path, tmp_path: Path, capture: str, engine: str
+    spark, rmqgate, frames_cache: str, corpus: Path, tmp_path: Path, capture: str, engine: str
 ) -> None:
     path = corpus / "pcap" / f"{capture}.pcap"
     scale = 2
@@ -76,7 +76,7 @@ def test_replay_against_rmqgate_lands_every_send(
         speed=1.0,
         timeout=20.0,
         engine=engine,
-        frames_cache=str(tmp_path / "frames"),
+        frames_cache=frames_cache,
         outcomes=str(tmp_path / "outcomes.parquet"),
         report=str(tmp_path / "report.json"),
         progress=False,
