@@ -182,3 +182,18 @@ def test_spark_submit_entry_point(responder, corpus: Path, tmp_path: Path) -> No
     assert data["requests"] == expected_load(corpus / "pcap" / "c_BatchSend.pcap")[0]
     assert data["spark"]["master"] == "local[1]"
     assert "INFO" not in done.stderr  # quiet with the documented driver option
+
+
+def test_several_inputs_by_glob_replay_together(spark, responder, frames_cache: str, corpus: Path) -> None:
+    files = sorted((corpus / "pcap").glob("c_BatchSend*.pcap"))
+    assert len(files) == 3
+    glob = (corpus / "pcap").as_uri() + "/c_BatchSend*.pcap"  # not a plain file: Spark lists it
+    report = run_job(
+        spark,
+        JobOptions(
+            inputs=[glob], target=responder, speed=None, grace=0.2, frames_cache=frames_cache, progress=False
+        ),
+    )
+    assert report["requests"] == sum(expected_load(f)[0] for f in files)
+    assert report["errors"] == 0
+    assert report["connections"] == 3 * 4
