@@ -1,8 +1,8 @@
 """Traffic tools benchmark: proxy overhead and replay throughput, each next to a same-run floor.
 
 1. Proxy overhead: synchronous SEND_MESSAGE_V2 round trips straight to the broker and through
-   ``rmqgate proxy`` (a subprocess, recording), alternated in rounds; added latency p50/p99 = proxied
-   minus direct. The direct figures are the floor.
+   ``rmqgate proxy`` (a subprocess, recording), alternating request by request so both paths see
+   the same machine load; added latency p50/p99 = proxied minus direct. Direct is the floor.
 2. Replay throughput: the proxy's recording (plus a pipelined load phase) replayed at --speed max
    against a fresh rmqgate; requests/s next to the floor, the pipelined load generator's own
    requests/s against the same kind of server (as fast as the target answers that load).
@@ -129,6 +129,26 @@ async def sync_latencies(namesrv: str, n: int) -> list[float]:
     return out
 
 
+async def paired_latencies(direct_ns: str, proxy_ns: str, n: int) -> tuple[list[float], list[float]]:
+    """``n`` sync sends each way, alternating direct and proxied so both see the same machine load."""
+    direct = await open_connection(await broker_of(direct_ns))
+    proxied = await open_connection(await broker_of(proxy_ns))
+    out: tuple[list[float], list[float]] = ([], [])
+    try:
+        for i in range(n):
+            for conn, lat in (
+                ((direct, out[0]), (proxied, out[1])) if i % 2 else ((proxied, out[1]), (direct, out[0]))
+            ):
+                t = time.perf_counter()
+                resp = await call(conn, send_request(i))
+                lat.append((time.perf_counter() - t) * 1e3)
+                assert resp.code == 0, resp
+    finally:
+        direct.close()
+        proxied.close()
+    return out
+
+
 async def pipelined(namesrv: str, n: int, conns: int, window: int) -> float:
     """requests/s of ``conns`` connections keeping ``window`` sends in flight each."""
     addr = await broker_of(namesrv)
@@ -190,14 +210,11 @@ async def main(args: argparse.Namespace) -> None:
         await sync_latencies(proxy_addr, 300)
         direct: list[float] = []
         proxied: list[float] = []
-        t_direct = t_proxied = 0.0
         for _ in range(args.rounds):
-            t = time.perf_counter()
-            direct += await sync_latencies(server.namesrv, args.requests)
-            t_direct += time.perf_counter() - t
-            t = time.perf_counter()
-            proxied += await sync_latencies(proxy_addr, args.requests)
-            t_proxied += time.perf_counter() - t
+            d_lat, p_lat = await paired_latencies(server.namesrv, proxy_addr, args.requests)
+            direct += d_lat
+            proxied += p_lat
+        t_direct, t_proxied = sum(direct) / 1e3, sum(proxied) / 1e3
         proxy.send_signal(signal.SIGTERM)
         await proxy.wait()
         proxy, proxy_addr = await start_proxy(server.namesrv, pipe_capture)
