@@ -425,7 +425,9 @@ def run_job(spark: Any, opts: JobOptions) -> dict[str, Any]:
     plans.unpersist()
 
     t = time.perf_counter()
-    report = aggregate(spark.read.parquet(outcomes_path))
+    outcomes = spark.read.parquet(outcomes_path).cache()
+    report = aggregate(outcomes)
+    outcomes.unpersist()
     aggregate_s = time.perf_counter() - t
     report["spark"] = {
         "master": sc.master,
