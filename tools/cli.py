@@ -12,6 +12,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("rmqgate.server.main", "run the name server and broker"),
     "pcap": ("rmqgate.tools.pcap_cli", "decode or convert RocketMQ traffic in pcap captures"),
     "store": ("rmqgate.store.cli", "inspect a store; import/export RocketMQ config JSON"),
+    "capture": ("rmqgate.tools.capture_cli", "statistics, conversion and listing of capture files"),
+    "proxy": ("rmqgate.tools.proxy", "recording proxy in front of a name server and its brokers"),
+    "replay": ("rmqgate.tools.replay_cli", "replay a pcap or capture against a name server and its brokers"),
+    "spark-replay": ("rmqgate.spark.cli", "replay captures at scale on Spark (local mode by default)"),
 }
 
 
