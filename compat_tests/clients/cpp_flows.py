@@ -10,7 +10,8 @@ queue, offset, reconsumeTimes, receive time) and answers RECONSUME_LATER while a
 lingers ``linger_s``), when ``stop_file``
 exists, or after ``max_s``; ``shutdown`` (default true) calls the consumer's shutdown (unregister,
 unlock) before printing ``RESULT <json>``. Deliveries are recorded when the callback is entered
-(status IN_PROGRESS until it returns). The callback is registered straight on the C library so
+(status IN_PROGRESS until it returns). Without ``shutdown`` the process just ends (a consumer that
+dies): callbacks entered after the result is taken block, so nothing is consumed unrecorded. The callback is registered straight on the C library so
 its return value is the consume status (the wrapper's exception path does not return one).
 """
 
@@ -58,6 +59,7 @@ def consume(args: dict[str, Any]) -> dict[str, Any]:
     done: set[str] = set()
     lock = threading.Lock()
     enough = threading.Event()
+    frozen = threading.Event()
     expect = int(args.get("expect", 0))
     slow = float(args.get("slow_s", 0))
     prefix = str(args.get("expect_prefix", ""))
@@ -78,11 +80,17 @@ def consume(args: dict[str, Any]) -> dict[str, Any]:
             "thread": threading.get_ident(),
         }
         with lock:  # recorded on entry: a message in the callback when the process ends counts too
-            left = failures_left.get(body, 0)
-            if left != 0:
-                failures_left[body] = left - 1 if left > 0 else -1
-            rec["status"] = "IN_PROGRESS"
-            received.append(rec)
+            if frozen.is_set():
+                blocked = True
+            else:
+                blocked = False
+                left = failures_left.get(body, 0)
+                if left != 0:
+                    failures_left[body] = left - 1 if left > 0 else -1
+                rec["status"] = "IN_PROGRESS"
+                received.append(rec)
+        while blocked:  # the result is taken: nothing more may be consumed (and committed) unseen
+            time.sleep(1)
         if slow:
             time.sleep(slow)
         with lock:
@@ -114,6 +122,8 @@ def consume(args: dict[str, Any]) -> dict[str, Any]:
     if args.get("shutdown", True):
         consumer.shutdown()
     with lock:
+        if not args.get("shutdown", True):
+            frozen.set()  # dying: callbacks entered from now on never return
         return {
             "received": [dict(r) for r in received],
             "started": started,
