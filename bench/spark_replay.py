@@ -89,6 +89,7 @@ def main() -> int:
     ap.add_argument("--scale", type=int, default=200, help="clones per recorded connection (load size)")
     ap.add_argument("--masters", default="local[1],local[2]")
     ap.add_argument("--engine", choices=("shared", "builtin"), default="shared", help="per-task replayer")
+    ap.add_argument("--repeat", type=int, default=2, help="runs per master, alternating; the best one counts")
     ap.add_argument("--one", metavar="MASTER", help=argparse.SUPPRESS)
     ap.add_argument("--target", help=argparse.SUPPRESS)
     ap.add_argument("--cache", help=argparse.SUPPRESS)
@@ -116,7 +117,7 @@ def main() -> int:
         print(
             f"floor: the same plans in one Python process, no Spark: {n} requests in {secs:.2f} s = {floor:,.0f} req/s"
         )
-        for master in ms:
+        for master in [m for _ in range(args.repeat) for m in ms]:  # alternate: load drifts alike
             cmd = [
                 sys.executable,
                 __file__,
@@ -132,7 +133,10 @@ def main() -> int:
             if done.returncode != 0:
                 print(done.stderr[-3000:], file=sys.stderr)
                 return 1
-            report = results[master] = json.loads(done.stdout.strip().splitlines()[-1])
+            report = json.loads(done.stdout.strip().splitlines()[-1])
+            best = results.get(master)
+            if best is None or report["requests_per_s"] > best["requests_per_s"]:
+                results[master] = report
             sp = report["spark"]
             overhead = max(0.0, sp["replay_wall_s"] - report["duration_s"])
             fixed = sp["startup_s"] + sp["ingest_s"] + sp["plan_s"] + overhead
@@ -155,6 +159,10 @@ def main() -> int:
     if len(ms) >= 2:
         a, b = results[ms[0]], results[ms[1]]
         ratio = b["requests_per_s"] / a["requests_per_s"]
+        print(
+            f"best of {args.repeat} per master: {ms[0]} {a['requests_per_s']:,.0f} req/s, "
+            f"{ms[1]} {b['requests_per_s']:,.0f} req/s"
+        )
         per_task = a["per_task_requests_per_s"]  # one task with a core to itself
         per_cpu = min(a["requests_per_cpu_s"], b["requests_per_cpu_s"])
         print(
@@ -163,7 +171,7 @@ def main() -> int:
         )
         print(
             f"per-task rate: {per_task:,.0f} req/s wall with local[1] (floor {floor:,.0f}); "
-            f"{per_cpu:,.0f} requests per CPU-second of a task (the lower of the two runs)"
+            f"{per_cpu:,.0f} requests per CPU-second of a task (the lower of the two masters' best runs)"
         )
         print(
             f"-> a target rate R needs about ceil(R / {per_cpu:,.0f}) executor cores for the replay tasks "
