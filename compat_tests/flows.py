@@ -169,6 +169,15 @@ def _parse(out: str, err: str, code: int | None, what: str) -> dict[str, Any]:
     return data
 
 
+_LIVE: list[Background] = []
+
+
+def kill_all() -> None:
+    """Kill the drivers still running (a test that failed before collecting them)."""
+    while _LIVE:
+        _LIVE[-1].kill()
+
+
 class Background:
     """A driver subprocess started now, its ``RESULT`` collected by ``result()``."""
 
@@ -179,6 +188,7 @@ class Background:
         self.proc = subprocess.Popen(
             cmd, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
         )
+        _LIVE.append(self)
 
     def result(self) -> dict[str, Any]:
         left = max(1.0, self.timeout - (time.monotonic() - self.started))
@@ -187,15 +197,22 @@ class Background:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             out, err = self.proc.communicate()
+            self._forget()
             raise DriverError(
                 f"{self.what} timed out after {self.timeout} s\n{out[-3000:]}\n{err[-3000:]}"
             ) from None
+        self._forget()
         return _parse(out, err, self.proc.returncode, self.what)
 
     def kill(self) -> None:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.communicate()
+        self._forget()
+
+    def _forget(self) -> None:
+        if self in _LIVE:
+            _LIVE.remove(self)
 
 
 def cpp_env(home: Path, client: str | None = None) -> dict[str, str]:

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from rmqgate.compat_tests.flows import FeatureServer, cpp_flow, cpp_produce, node_flow
+from rmqgate.compat_tests.flows import FeatureServer, cpp_flow, cpp_produce, kill_all, node_flow
 from rmqgate.compat_tests.wire_client import WireClient, stored_messages, wait_until
 
 pytestmark = pytest.mark.slow
@@ -27,6 +27,12 @@ LEVEL = 2
 DELAY_S = 2.0
 #: receive time - send time: at least the delay, at most the delay plus delivery/pull latency
 WINDOW = (DELAY_S - 0.05, DELAY_S + 2.5)
+
+
+@pytest.fixture(autouse=True)
+def _no_leftover_clients() -> Iterator[None]:
+    yield
+    kill_all()
 
 
 @pytest.fixture(scope="module")

@@ -20,13 +20,19 @@ from typing import Any
 
 import pytest
 
-from rmqgate.compat_tests.flows import FeatureServer, cpp_flow, cpp_produce
+from rmqgate.compat_tests.flows import FeatureServer, cpp_flow, cpp_produce, kill_all
 from rmqgate.compat_tests.wire_client import WireClient, dumps, loads, wait_until
 from rmqgate.wire.codes import RequestCode
 
 pytestmark = pytest.mark.slow
 
 KEYS = [0, 1, 2, 3, 4, 5]  # hashing selector: key % 4 queues -> queues 0,1,2,3,0,1
+
+
+@pytest.fixture(autouse=True)
+def _no_leftover_clients() -> Iterator[None]:
+    yield
+    kill_all()
 
 
 @pytest.fixture(scope="module")

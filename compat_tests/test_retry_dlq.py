@@ -19,12 +19,18 @@ from typing import Any
 
 import pytest
 
-from rmqgate.compat_tests.flows import FeatureServer, cpp_flow, cpp_produce, node_flow
+from rmqgate.compat_tests.flows import FeatureServer, cpp_flow, cpp_produce, kill_all, node_flow
 from rmqgate.compat_tests.wire_client import WireClient, stored_messages, wait_until
 from rmqgate.wire.codes import RequestCode, ResponseCode
 from rmqgate.wire.message import decode_offset_msg_id
 
 pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(autouse=True)
+def _no_leftover_clients() -> Iterator[None]:
+    yield
+    kill_all()
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from rmqgate.compat_tests.flows import FeatureServer, tx_produce
+from rmqgate.compat_tests.flows import FeatureServer, kill_all, tx_produce
 from rmqgate.compat_tests.wire_client import (
     PULL_SUBSCRIPTION,
     WireClient,
@@ -33,6 +33,12 @@ pytestmark = pytest.mark.slow
 
 PREPARED = 0x4
 COMMIT, ROLLBACK, UNKNOWN = 0x8, 0xC, 0x0
+
+
+@pytest.fixture(autouse=True)
+def _no_leftover_clients() -> Iterator[None]:
+    yield
+    kill_all()
 
 
 @pytest.fixture(scope="module")
