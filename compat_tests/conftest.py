@@ -12,7 +12,6 @@ import dataclasses
 import os
 import re
 import secrets
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -52,14 +51,14 @@ _STARTED: list[ServerProcess] = []
 
 
 @pytest.fixture(scope="session")
-def cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
+def cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     """The name server + broker under test (session-wide)."""
     namesrv = request.config.getoption("--namesrv")
     if namesrv:
         addr, name, cluster_name = discover_broker(namesrv)
         yield Cluster(namesrv, addr, name, cluster_name, started_here=False)
         return
-    workdir = Path(tempfile.mkdtemp(prefix="rmqgate-compat-"))
+    workdir = tmp_path_factory.mktemp("rmqgate-compat")  # pytest keeps only the last few runs
     server = ServerProcess(workdir)
     _STARTED.append(server)
     try:
