@@ -80,3 +80,50 @@ def test_namesrv_only_process_serves_no_broker_codes(namesrv_only):
     with WireClient(namesrv_only) as ns:
         resp = ns.invoke(RequestCode.SEND_MESSAGE_V2, {"a": "g", "b": "t"}, b"x")
         assert resp.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
+
+
+def test_clean_restart_keeps_topics_messages_and_offsets(tmp_path, uniq):
+    """SIGTERM, then `rmqgate serve` again on the same store and ports: nothing a client saw is lost."""
+    topic, group = uniq(), uniq("cg")
+    first = ServerProcess(tmp_path, role="all")
+    ports = {"namesrv_port": first.namesrv_port, "broker_port": first.broker_port}
+    try:
+        first.wait_ready()
+        assert wait_until(
+            lambda: broker_names(first.namesrv).get("compat-broker-a") == first.broker, timeout=30
+        )
+        with WireClient(first.broker) as b:
+            assert b.create_topic(topic, 2).code == ResponseCode.SUCCESS
+            ids = [
+                b.send_message(topic, f"m{i}".encode(), queue_id=i % 2).ext_fields["msgId"] for i in range(6)
+            ]
+            resp = b.invoke(RequestCode.UPDATE_CONSUMER_OFFSET,
+                            {"consumerGroup": group, "topic": topic, "queueId": 1, "commitOffset": 2})  # fmt: skip
+            assert resp.code == ResponseCode.SUCCESS
+    finally:
+        assert first.stop() == 0
+    second = ServerProcess(tmp_path, role="all", **ports)
+    try:
+        second.wait_ready()
+        with WireClient(second.namesrv) as ns:
+            assert wait_until(lambda: ns.route(topic).code == ResponseCode.SUCCESS, timeout=30)
+        with WireClient(second.broker) as b:
+            bodies = []
+            for q in (0, 1):
+                resp = b.pull("reader", topic, q, 0, sys_flag=PULL_SUBSCRIPTION, subscription="*")
+                assert resp.code == ResponseCode.SUCCESS
+                bodies += [bytes(m.body).decode() for m in decode_messages(resp.body)]
+            assert sorted(bodies) == [f"m{i}" for i in range(6)]
+            q = b.invoke(
+                RequestCode.QUERY_CONSUMER_OFFSET, {"consumerGroup": group, "topic": topic, "queueId": 1}
+            )
+            assert (q.code, q.ext_fields["offset"]) == (ResponseCode.SUCCESS, "2")
+            # message ids (CommitLog offsets) stay valid
+            view = b.invoke(RequestCode.VIEW_MESSAGE_BY_ID, {"offset": int(ids[3][16:], 16)})
+            assert view.code == ResponseCode.SUCCESS
+            assert [bytes(m.body) for m in decode_messages(view.body)] == [b"m3"]
+            # and the queues continue where they were
+            resp = b.send_message(topic, b"after", queue_id=0)
+            assert resp.ext_fields["queueOffset"] == "3"
+    finally:
+        assert second.stop() == 0
