@@ -146,6 +146,8 @@ def make_session(
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.shuffle.partitions": "4",
         "spark.sql.adaptive.enabled": "false",
+        # a retried replay task would send its requests twice: fail the job instead
+        "spark.task.maxFailures": "1",
     }
     if local:
         defaults["spark.driver.host"] = os.environ["SPARK_LOCAL_IP"]
