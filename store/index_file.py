@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from rmqgate.store.layout import INDEX_ENTRY, INDEX_HEADER, INDEX_HEADER_SIZE, INDEX_SLOT
 from rmqgate.store.mapped_file import MappedFile
+from rmqgate.wire.message import java_string_hash
 
 _entry_pack = INDEX_ENTRY.pack_into
 _entry_unpack = INDEX_ENTRY.unpack_from
@@ -71,31 +72,48 @@ class IndexFile:
 
     def put_key(self, key_hash: int, phy_offset: int, store_timestamp: int) -> bool:
         """Append an entry for a key whose ``indexKeyHashMethod`` value is ``key_hash``."""
+        return self.put_keys((key_hash,), phy_offset, store_timestamp) == 1
+
+    def put_keys(self, key_hashes: Sequence[int], phy_offset: int, store_timestamp: int) -> int:
+        """Append one entry per hash (the keys of one message); returns how many fit in this file.
+
+        All entries are written, then the header once, then the slots: a process killed in between
+        leaves at worst unlinked entries (their message is re-indexed on recovery), never a slot
+        pointing past index_count."""
         count = self.index_count
-        if count >= self.index_num:
-            return False
+        n = min(len(key_hashes), self.index_num - count)
+        if n <= 0:
+            return 0
         buf = self.buf
-        slot_pos = INDEX_HEADER_SIZE + (key_hash % self.hash_slot_num) * 4
-        (prev,) = _slot_unpack(buf, slot_pos)
-        if prev <= 0 or prev > count:
-            prev = 0
-        if self.begin_timestamp <= 0:
-            diff = 0
-        else:
-            diff = min(max((store_timestamp - self.begin_timestamp) // 1000, 0), _INT_MAX)
-        _entry_pack(buf, self.entries_pos + count * 20, key_hash, phy_offset, diff, prev)
+        slots = self.hash_slot_num
+        entries_pos = self.entries_pos
+        begin = self.begin_timestamp
+        diff = 0 if begin <= 0 else min(max((store_timestamp - begin) // 1000, 0), _INT_MAX)
+        linked: dict[int, int] = {}  # slot position -> index number, for this message's entries
+        for i in range(n):
+            key_hash = key_hashes[i]
+            slot_pos = INDEX_HEADER_SIZE + (key_hash % slots) * 4
+            prev = linked.get(slot_pos)
+            if prev is None:
+                (prev,) = _slot_unpack(buf, slot_pos)
+                if prev <= 0 or prev > count:
+                    prev = 0
+            idx = count + i
+            _entry_pack(buf, entries_pos + idx * 20, key_hash, phy_offset, diff, prev)
+            linked[slot_pos] = idx
+            if idx <= 1:  # the file's first entry sets begin_timestamp: later ones are relative to it
+                diff = 0
         if count <= 1:
             self.begin_phy_offset = phy_offset
             self.begin_timestamp = store_timestamp
-        self.hash_slot_count += 1
-        self.index_count = count + 1
+        self.hash_slot_count += n
+        self.index_count = count + n
         self.end_phy_offset = phy_offset
         self.end_timestamp = store_timestamp
-        # entry, header, then slot: a process killed in between leaves at worst an unlinked entry
-        # (its message is re-indexed on recovery), never a slot pointing past index_count
         self._write_header()
-        _slot_pack(buf, slot_pos, count)
-        return True
+        for slot_pos, idx in linked.items():
+            _slot_pack(buf, slot_pos, idx)
+        return n
 
     def is_time_matched(self, begin: int, end: int) -> bool:
         b, e = self.begin_timestamp, self.end_timestamp
@@ -143,6 +161,9 @@ class IndexService:
         self.hash_slot_num = hash_slot_num
         self.index_num = index_num
         self._java_hash = key_hash
+        # java_string_hash takes the hash of a prefix as seed: "topic#" is hashed once per topic
+        self._chains = key_hash is java_string_hash
+        self._topic_seeds: dict[str, int] = {}
         self.files: list[IndexFile] = []
         self._lock = threading.Lock()
 
@@ -193,17 +214,33 @@ class IndexService:
             # already indexed (re-dispatch after recovery); the message at end_phy_offset itself may
             # have only part of its keys in a kept file, so it is indexed again (queries dedupe)
             return
-        if uniq_key:
-            f = self._put(f, self.key_hash(f"{topic}#{uniq_key}"), phy_offset, store_timestamp)
-        if keys:
-            for k in keys.split(" "):
-                if k:
-                    f = self._put(f, self.key_hash(f"{topic}#{k}"), phy_offset, store_timestamp)
-
-    def _put(self, f: IndexFile, h: int, phy: int, ts: int) -> IndexFile:
-        while not f.put_key(h, phy, ts):
+        hashes: list[int] = []
+        if self._chains:  # hash "topic#" once per topic, then only each key
+            seed = self._topic_seeds.get(topic)
+            if seed is None:
+                if len(self._topic_seeds) >= 4096:
+                    self._topic_seeds.clear()
+                seed = self._topic_seeds[topic] = self._java_hash(topic + "#")
+            java_hash = self._java_hash
+            if uniq_key:
+                h = java_hash(uniq_key, seed)
+                hashes.append(0 if h == -0x80000000 else abs(h))
+            if keys:
+                for k in keys.split(" "):
+                    if k:
+                        h = java_hash(k, seed)
+                        hashes.append(0 if h == -0x80000000 else abs(h))
+        else:
+            if uniq_key:
+                hashes.append(self.key_hash(f"{topic}#{uniq_key}"))
+            if keys:
+                hashes.extend(self.key_hash(f"{topic}#{k}") for k in keys.split(" ") if k)
+        while hashes:
+            done = f.put_keys(hashes, phy_offset, store_timestamp)
+            if done == len(hashes):
+                return
+            del hashes[:done]
             f = self._last_file()
-        return f
 
     def query_offset(
         self, topic: str, key: str, max_num: int, begin: int, end: int

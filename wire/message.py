@@ -12,6 +12,7 @@ import zlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
+from operator import mul
 from typing import Any
 
 from construct import (
@@ -831,16 +832,33 @@ def decompress_body(body: Buffer, sys_flag: int) -> bytes:
 # Tag hash
 
 
-def java_string_hash(s: str) -> int:
-    """Java ``String.hashCode()``: int32 arithmetic over UTF-16 code units, signed result."""
+#: 31**k mod 2**32 for k = 0..256: the weight of the k-th UTF-16 code unit from the end of a string.
+_POW31 = tuple(pow(31, k, 1 << 32) for k in range(257))
+_CHUNK = 256
+
+
+def java_string_hash(s: str, seed: int = 0) -> int:
+    """Java ``String.hashCode()``: int32 arithmetic over UTF-16 code units, signed result.
+
+    ``seed`` is the hash of a prefix: ``java_string_hash(b, java_string_hash(a)) == java_string_hash(a + b)``.
+    The polynomial is summed in C (``map(mul)`` over the reversed units and a table of powers of 31)
+    instead of a per-unit Python loop.
+    """
     if s.isascii():
         units: Any = s.encode("ascii")
     else:
         data = s.encode("utf-16-be", "surrogatepass")
         units = struct.unpack(f">{len(data) // 2}H", data)
-    h = 0
-    for unit in units:
-        h = (31 * h + unit) & 0xFFFFFFFF
+    table = _POW31
+    n = len(units)
+    if n <= _CHUNK:
+        h = seed * table[n] + sum(map(mul, units[::-1], table))
+    else:
+        h = seed
+        for start in range(0, n, _CHUNK):
+            chunk = units[start : start + _CHUNK]
+            h = (h * table[len(chunk)] + sum(map(mul, chunk[::-1], table))) & 0xFFFFFFFF
+    h &= 0xFFFFFFFF
     return h - 0x100000000 if h & 0x80000000 else h
 
 

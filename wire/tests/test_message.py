@@ -313,6 +313,26 @@ def test_java_string_hash_known_values() -> None:
     assert m.tags_code(None) == m.tags_code("") == 0
 
 
+def _java_hash_loop(s: str) -> int:
+    """String.hashCode as Java's loop states it: h = 31*h + c over UTF-16 code units, int32."""
+    data = s.encode("utf-16-be", "surrogatepass")
+    h = 0
+    for (unit,) in struct.iter_unpack(">H", data):
+        h = (31 * h + unit) & 0xFFFFFFFF
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.text(alphabet=st.characters(codec="utf-8") | st.sampled_from("\ud800\udfff\U0001f600"), max_size=700),
+    st.data(),
+)
+def test_java_string_hash_matches_the_loop_and_chains_prefixes(s: str, data: st.DataObject) -> None:
+    assert m.java_string_hash(s) == _java_hash_loop(s)
+    cut = data.draw(st.integers(0, len(s)))
+    assert m.java_string_hash(s[cut:], m.java_string_hash(s[:cut])) == _java_hash_loop(s)
+
+
 def test_sys_flag_helpers() -> None:
     flag = MessageSysFlag.COMPRESSED | MessageSysFlag.TRANSACTION_PREPARED | MessageSysFlag.ZSTD
     assert m.transaction_type(flag) == MessageSysFlag.TRANSACTION_PREPARED
