@@ -6,6 +6,9 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
+CLIENTS := .venv-clients
+CLIENT_REQS := $(wildcard compat_tests/clients/requirements-*.txt)
+
 .PHONY: serve test setup lint bench clean
 
 $(STAMP): pyproject.toml
@@ -14,7 +17,19 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q -e '.[test]'
 	touch $@
 
-setup: $(STAMP)
+# Third-party Python clients that share the import name ``rocketmq`` live in their own target dirs;
+# the official 2.0.0 wrapper needs the C++ core that rocketmq-python-cvs bundles (CLIENTS.md).
+$(CLIENTS)/.installed: $(STAMP) $(CLIENT_REQS)
+	rm -rf $(CLIENTS) && mkdir -p $(CLIENTS)
+	for req in $(CLIENT_REQS); do \
+	  name=$$(basename $$req .txt); name=$${name#requirements-}; \
+	  $(BIN)/python -m pip install -q --no-deps --target $(CLIENTS)/$$name -r $$req || exit 1; \
+	done
+	cp "$$($(BIN)/python -c 'import os, rocketmq; print(os.path.join(os.path.dirname(rocketmq.__file__), "librocketmq.so"))')" \
+	  $(CLIENTS)/rocketmq-client-python200/rocketmq/
+	touch $@
+
+setup: $(STAMP) $(CLIENTS)/.installed
 	@if [ -f compat_tests/node/package.json ]; then \
 	  (cd compat_tests/node && npm ci --no-audit --no-fund --loglevel=error); fi
 	@command -v java >/dev/null 2>&1 || { \
@@ -36,4 +51,4 @@ bench: $(STAMP)
 	for b in bench/*.py; do $(BIN)/python $$b || exit 1; done
 
 clean:
-	rm -rf $(VENV) compat_tests/node/node_modules .pytest_cache .hypothesis
+	rm -rf $(VENV) $(CLIENTS) compat_tests/node/node_modules .pytest_cache .hypothesis

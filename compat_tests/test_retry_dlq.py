@@ -43,7 +43,12 @@ def flow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FeatureSer
 
 
 def dead_letters(server: FeatureServer, group: str) -> list[Any]:
-    return stored_messages(server.broker, "%DLQ%" + group, 1)[0]
+    """What %DLQ%<group> holds. RocketMQ 4.9 creates a dead-letter topic write-only, so, as an operator
+    does with ``mqadmin updateTopicPerm``, the reader first grants read on it (1 queue, perm RW)."""
+    dlq = "%DLQ%" + group
+    with WireClient(server.broker) as c:
+        assert c.create_topic(dlq, 1).code == ResponseCode.SUCCESS
+    return stored_messages(server.broker, dlq, 1)[0]
 
 
 def send_back(c: WireClient, phys: int, group: str, delay: int = 0, max_times: int | None = None) -> Any:
