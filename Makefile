@@ -48,7 +48,7 @@ test: setup
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 bench: $(STAMP)
-	for b in bench/*.py; do $(BIN)/python $$b || exit 1; done
+	for b in bench/[!_]*.py; do $(BIN)/python $$b || exit 1; done
 
 clean:
 	rm -rf $(VENV) $(CLIENTS) compat_tests/node/node_modules .pytest_cache .hypothesis
