@@ -78,6 +78,15 @@ class ConsumeQueue:
             return True
         expect = cq_offset * CQ_UNIT_SIZE
         q = self.queue
+        files = q.files
+        if files:  # fast path: the next unit of the last segment
+            f = files[-1]
+            pos = expect - f.file_from_offset
+            if pos == f.wrote_position and pos < f.file_size:
+                _pack_into(f.buf, pos, commit_log_offset, size, tags_code)
+                f.wrote_position = pos + CQ_UNIT_SIZE
+                self.max_physic_offset = commit_log_offset + size
+                return True
         if expect < q.get_max_offset():
             return True
         fsize = self.mapped_file_size

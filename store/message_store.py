@@ -62,6 +62,7 @@ from rmqgate.wire.message import (
     decode_message,
     encode_blank,
     encode_message,
+    encode_message_into,
     encode_offset_msg_id,
     java_string_hash,
     patch_record,
@@ -325,6 +326,9 @@ class DefaultMessageStore:
         except ValueError:  # a host name: the address it resolves to goes into records and ids
             addr = ipaddress.ip_address(socket.gethostbyname(config.store_host))
         self._store_host = addr.packed
+        # offsetMsgId = hex(store host, port) + 16 hex digits of the CommitLog offset (the broker
+        # may set config.store_port once it listens, so the prefix is keyed by the port)
+        self._msg_id_prefix = (-1, "")
         self._store_v6 = addr.version == 6
         self._put_lock = threading.Lock()
         self._listeners: list[ArrivalListener] = []
@@ -640,50 +644,71 @@ class DefaultMessageStore:
         self._logics_error = True
         return PutResult(PutMessageStatus.UNKNOWN_ERROR)
 
+    @staticmethod
+    def _encode_at(msg: MessageExt, f: MappedFile, max_size: int) -> int:
+        """Encode ``msg`` at the write position of ``f`` (see ``encode_message_into``), leaving room
+        for the BLANK record and never writing a record over the size limit."""
+        at = f.wrote_position
+        msg.commit_log_offset = f.file_from_offset + at
+        limit = min(f.file_size - END_FILE_MIN_BLANK_LENGTH, at + max_size + 4096)
+        return encode_message_into(msg, f.buf, at, limit)
+
     def put_message(self, msg: MessageExt) -> PutResult:
-        """Append one message (the hot path of ``put_messages`` for a batch of one)."""
+        """Append one message (the hot path of ``put_messages`` for a batch of one): the record is
+        encoded straight into the mapped segment (TOTALSIZE last) and dispatched inline."""
         bad = self._prepare(msg)
         if bad is not None:
             return PutResult(bad)
-        rec = self._encode(msg)
-        if type(rec) is not bytearray:
-            return PutResult(rec)
-        n = len(rec)
+        max_size = self.config.max_message_size
+        if len(msg.body) > max_size:
+            return PutResult(PutMessageStatus.MESSAGE_ILLEGAL)
         topic, queue_id = msg.topic, msg.queue_id
         key = (topic, queue_id)
         props = msg.properties
-        keys = props.get(PROPERTY_KEYS)
-        uniq = props.get(PROPERTY_UNIQ_KEY)
-        counted = (msg.sys_flag & _TX_MASK) not in (_TX_PREPARED, _TX_ROLLBACK)
+        sys_flag = msg.sys_flag
+        tx = sys_flag & _TX_MASK
+        counted = tx != _TX_PREPARED and tx != _TX_ROLLBACK
         with self._put_lock:
             if self._shutdown:
                 return PutResult(PutMessageStatus.SERVICE_NOT_AVAILABLE)
+            files = self.commitlog.queue.files
             store_ts = _now_ms()
-            f = self.commitlog.queue.files[-1] if self.commitlog.queue.files else None
-            if f is None or n + END_FILE_MIN_BLANK_LENGTH > f.file_size - f.wrote_position:
-                try:
-                    f = self._writable_file(n)
-                except (OSError, ValueError):
-                    return PutResult(PutMessageStatus.CREATE_MAPEDFILE_FAILED)
+            qoff = self.topic_queue_table.get(key, 0) if counted else 0
+            msg.queue_offset = qoff
+            msg.store_timestamp = store_ts
+            f = files[-1] if files else None
+            try:
+                if f is None:
+                    f = self._writable_file(0)
+                n = self._encode_at(msg, f, max_size)
+                if n < 0 and -n <= max_size + 4096:  # no room left in this segment: BLANK, next one
+                    f = self._writable_file(-n)
+                    n = self._encode_at(msg, f, max_size)
+            except MessageFormatError as exc:  # (a ValueError)
+                if "properties" in str(exc):
+                    return PutResult(PutMessageStatus.PROPERTIES_SIZE_EXCEEDED)
+                return PutResult(PutMessageStatus.MESSAGE_ILLEGAL)
+            except (OSError, ValueError):
+                return PutResult(PutMessageStatus.CREATE_MAPEDFILE_FAILED)
+            if n < 0:
+                return PutResult(PutMessageStatus.MESSAGE_ILLEGAL)
             at = f.wrote_position
             phys = f.file_from_offset + at
-            qoff = self.topic_queue_table.get(key, 0) if counted else 0
-            patch_record(rec, 0, qoff, phys, store_ts)
-            buf = f.buf
-            buf[at + 4 : at + n] = memoryview(rec)[4:]
-            buf[at : at + 4] = rec[:4]  # TOTALSIZE last: a torn copy is never taken for a record
             f.wrote_position = at + n
             if counted:
                 self.topic_queue_table[key] = qoff + 1
             self._last_store_ts = store_ts
+            keys = props.get(PROPERTY_KEYS)
+            uniq = props.get(PROPERTY_UNIQ_KEY)
             tcode = self._tags_code(topic, props, store_ts)
             try:
-                self._dispatch(topic, queue_id, phys, n, tcode, store_ts, qoff, keys, uniq, msg.sys_flag)
+                if counted:
+                    cq = self.consume_queues.get(key) or self.find_consume_queue(topic, queue_id)
+                    cq.put(phys, n, tcode, qoff)
+                if self.config.message_index_enable and tx != _TX_ROLLBACK and (keys or uniq):
+                    self.index.build_index(topic, keys, uniq, phys, store_ts)
             except OSError:
                 return self._dispatch_failed()
-        msg.queue_offset = qoff
-        msg.commit_log_offset = phys
-        msg.store_timestamp = store_ts
         fs = self._flush_service
         durable = fs.submit(phys + n) if fs is not None and fs.sync else None
         if self._listeners:
@@ -697,12 +722,17 @@ class DefaultMessageStore:
                 qoff,
                 keys,
                 uniq,
-                msg.sys_flag,
+                sys_flag,
                 msg.prepared_transaction_offset,
             )
             for listener in self._listeners:
                 listener(d)
-        msg_id = encode_offset_msg_id(self._store_host, self.config.store_port, phys)
+        port, prefix = self._msg_id_prefix
+        if port != msg.store_port:
+            port = msg.store_port
+            prefix = encode_offset_msg_id(self._store_host, port, 0)[:-16]
+            self._msg_id_prefix = (port, prefix)
+        msg_id = prefix + f"{phys:016X}"
         return PutResult(
             PutMessageStatus.PUT_OK, msg_id, queue_id, qoff, phys, n, 1, store_ts, topic, durable
         )

@@ -265,6 +265,7 @@ _MIN_RECORD = _FIXED[0].size + _TOPIC_LENGTH[MAGIC_V1].size + _PROPERTIES_LENGTH
 QUEUE_OFFSET_POS, _OFFSETS = _run_struct(_V4, "queue_offset", "commit_log_offset")
 PHYSICAL_OFFSET_POS, _PHYSICAL_OFFSET = _run_struct(_V4, "commit_log_offset", "commit_log_offset")
 SYSFLAG_POS, _SYSFLAG = _run_struct(_V4, "sys_flag", "sys_flag")
+_TOTAL_SIZE = _run_struct(_V4, "total_size", "total_size")[1]
 MAGIC_POS = _run_struct(_V4, "magic", "magic")[0]
 FLAG_POS = _run_struct(_V4, "flag", "flag")[0]
 BODY_CRC_POS = _run_struct(_V4, "body_crc", "body_crc")[0]
@@ -540,12 +541,8 @@ def encode_blank(remaining: int) -> bytes:
     return RECORD_PREFIX.pack(remaining, BLANK_MAGIC)
 
 
-def encode_message(msg: MessageExt) -> bytearray:
-    """Build the CommitLog record of ``msg``; sets ``msg.store_size``, ``msg.body_crc`` and ``msg.magic``.
-
-    v1 unless the topic exceeds 127 UTF-8 bytes (or ``msg.magic`` already says v2); host widths
-    follow the sysFlag bits.
-    """
+def _record_parts(msg: MessageExt) -> tuple[int, int, int, bytes, bytes]:
+    """Validate ``msg`` for encoding: (total size, magic, body CRC, topic bytes, properties bytes)."""
     sys_flag = msg.sys_flag
     hf = sys_flag & _HOST_FLAGS
     try:
@@ -560,53 +557,97 @@ def encode_message(msg: MessageExt) -> bytearray:
         raise MessageFormatError(f"topic of {topic_len} bytes is longer than {MAX_TOPIC_BYTES}")
     if props_len > MAX_PROPERTIES_BYTES:
         raise MessageFormatError(f"properties of {props_len} bytes are longer than {MAX_PROPERTIES_BYTES}")
-    born_host = msg.born_host
-    store_host = msg.store_host
-    if len(born_host) != (_HOST_V6 if hf & MessageSysFlag.BORNHOST_V6 else _HOST_V4):
-        raise MessageFormatError(f"born host of {len(born_host)} bytes disagrees with sysFlag 0x{sys_flag:X}")
-    if len(store_host) != (_HOST_V6 if hf & MessageSysFlag.STOREHOST_V6 else _HOST_V4):
+    if len(msg.born_host) != (_HOST_V6 if hf & MessageSysFlag.BORNHOST_V6 else _HOST_V4):
         raise MessageFormatError(
-            f"store host of {len(store_host)} bytes disagrees with sysFlag 0x{sys_flag:X}"
+            f"born host of {len(msg.born_host)} bytes disagrees with sysFlag 0x{sys_flag:X}"
+        )
+    if len(msg.store_host) != (_HOST_V6 if hf & MessageSysFlag.STOREHOST_V6 else _HOST_V4):
+        raise MessageFormatError(
+            f"store host of {len(msg.store_host)} bytes disagrees with sysFlag 0x{sys_flag:X}"
         )
     body = msg.body
-    body_len = len(body)
-    fixed = _FIXED[hf]
-    topic_prefix = _TOPIC_LENGTH[magic]
-    total = fixed.size + body_len + topic_prefix.size + topic_len + 2 + props_len
-    crc = zlib.crc32(body) & 0x7FFFFFFF
+    total = _FIXED[hf].size + len(body) + _TOPIC_LENGTH[magic].size + topic_len + 2 + props_len
+    return total, magic, zlib.crc32(body) & 0x7FFFFFFF, topic, props
+
+
+def _fixed_values(msg: MessageExt, total: int, magic: int, crc: int) -> tuple[Any, ...]:
+    return (
+        total,
+        magic,
+        crc,
+        msg.queue_id,
+        msg.flag,
+        msg.queue_offset,
+        msg.commit_log_offset,
+        msg.sys_flag,
+        msg.born_timestamp,
+        msg.born_host,
+        msg.born_port,
+        msg.store_timestamp,
+        msg.store_host,
+        msg.store_port,
+        msg.reconsume_times,
+        msg.prepared_transaction_offset,
+        len(msg.body),
+    )
+
+
+def encode_message(msg: MessageExt) -> bytearray:
+    """Build the CommitLog record of ``msg``; sets ``msg.store_size``, ``msg.body_crc`` and ``msg.magic``.
+
+    v1 unless the topic exceeds 127 UTF-8 bytes (or ``msg.magic`` already says v2); host widths
+    follow the sysFlag bits.
+    """
+    total, magic, crc, topic, props = _record_parts(msg)
     try:
-        out = bytearray(
-            fixed.pack(
-                total,
-                magic,
-                crc,
-                msg.queue_id,
-                msg.flag,
-                msg.queue_offset,
-                msg.commit_log_offset,
-                sys_flag,
-                msg.born_timestamp,
-                born_host,
-                msg.born_port,
-                msg.store_timestamp,
-                store_host,
-                msg.store_port,
-                msg.reconsume_times,
-                msg.prepared_transaction_offset,
-                body_len,
-            )
-        )
+        out = bytearray(_FIXED[msg.sys_flag & _HOST_FLAGS].pack(*_fixed_values(msg, total, magic, crc)))
     except struct.error as exc:
         raise MessageFormatError(f"message field out of range: {exc}") from None
-    out += body
-    out += topic_prefix.pack(topic_len)
+    out += msg.body
+    out += _TOPIC_LENGTH[magic].pack(len(topic))
     out += topic
-    out += _PROPERTIES_LENGTH.pack(props_len)
+    out += _PROPERTIES_LENGTH.pack(len(props))
     out += props
     msg.store_size = total
     msg.body_crc = crc
     msg.magic = magic
     return out
+
+
+def encode_message_into(msg: MessageExt, buf: bytearray | memoryview, pos: int, limit: int) -> int:
+    """Write the CommitLog record of ``msg`` at ``buf[pos:]`` (e.g. straight into a mapped segment)
+    and return its size; sets ``msg.store_size``, ``msg.body_crc`` and ``msg.magic`` like
+    ``encode_message``, whose bytes it writes.
+
+    TOTALSIZE is written last, so a reader (or a crash) never sees a partly written record as one.
+    If the record would end past ``limit`` nothing is written and minus its size is returned.
+    """
+    total, magic, crc, topic, props = _record_parts(msg)
+    end = pos + total
+    if end > limit:
+        return -total
+    fixed = _FIXED[msg.sys_flag & _HOST_FLAGS]
+    values = _fixed_values(msg, 0, magic, crc)
+    try:
+        fixed.pack_into(buf, pos, *values)
+    except struct.error as exc:
+        raise MessageFormatError(f"message field out of range: {exc}") from None
+    at = pos + fixed.size
+    body = msg.body
+    at2 = at + len(body)
+    buf[at:at2] = body
+    topic_prefix = _TOPIC_LENGTH[magic]
+    topic_prefix.pack_into(buf, at2, len(topic))
+    at = at2 + topic_prefix.size
+    at2 = at + len(topic)
+    buf[at:at2] = topic
+    _PROPERTIES_LENGTH.pack_into(buf, at2, len(props))
+    buf[at2 + _PROPERTIES_LENGTH.size : end] = props
+    _TOTAL_SIZE.pack_into(buf, pos, total)
+    msg.store_size = total
+    msg.body_crc = crc
+    msg.magic = magic
+    return total
 
 
 _pack_offsets = _OFFSETS.pack_into

@@ -456,3 +456,14 @@ def test_disk_full_refuses_writes_and_cleans_forcibly(
         assert s.put_message(msg()).status is PutMessageStatus.PUT_OK
     finally:
         s.shutdown()
+
+
+def test_put_result_msg_id_follows_the_store_port(store: DefaultMessageStore) -> None:
+    """The broker sets store_port once it listens: ids must name the port written in the record."""
+    for port in (0, 10911, 0x8C0B):
+        store.config.store_port = port
+        res = store.put_message(msg(body=b"p%d" % port))
+        rec = decode_message(store.select_one_message_by_offset(res.physical_offset), 0)
+        assert rec.store_port == port
+        assert res.msg_id == rec.offset_msg_id
+        assert res.msg_id.endswith(f"{res.physical_offset:016X}")

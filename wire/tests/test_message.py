@@ -634,6 +634,25 @@ def test_crc_mismatch_only_when_checked() -> None:
         m.decode_message(record, check_crc=True)
 
 
+@given(_messages(), st.integers(0, 64))
+@settings(max_examples=200, deadline=None)
+def test_encode_message_into_writes_the_same_bytes_total_size_last(msg: MessageExt, pad: int) -> None:
+    record = m.encode_message(msg)
+    buf = bytearray(b"\xee" * (pad + len(record) + 8))
+    assert m.encode_message_into(msg, buf, pad, pad + len(record) - 1) == -len(record)
+    assert buf == bytearray(b"\xee" * len(buf))  # did not fit: nothing written
+    assert m.encode_message_into(msg, buf, pad, len(buf)) == len(record) == msg.store_size
+    assert buf[pad : pad + len(record)] == record
+    assert buf[:pad] == b"\xee" * pad and buf[pad + len(record) :] == b"\xee" * 8
+
+
+def test_encode_message_into_a_bad_field_leaves_no_total_size() -> None:
+    buf = bytearray(512)
+    with pytest.raises(MessageFormatError):
+        m.encode_message_into(_sample(queue_offset=2**63), buf, 0, len(buf))
+    assert buf[:4] == bytes(4)  # a reader or a recovery scan sees no record here
+
+
 def test_encode_rejects_inconsistent_messages() -> None:
     with pytest.raises(MessageFormatError, match="born host"):
         m.encode_message(_sample(born_host=bytes(16)))
