@@ -26,38 +26,34 @@ ROOT = Path(__file__).resolve().parent.parent
 CORPUS = Path(os.environ.get("RMQGATE_CORPUS", ROOT.parent / "shared" / "corpus"))
 
 
-def floor_rate(path: str, scale: int, target: str, engine: str) -> tuple[int, float]:
+def floor_rate(path: str, scale: int, target: str) -> tuple[int, float]:
     """The same plans replayed in this process without Spark: (requests, seconds active)."""
-    from rmqgate.spark.executor import OUTCOME_COLUMNS, ReplayOptions, SharedUnit, run_task, run_task_shared
+    from rmqgate.spark.executor import OUTCOME_COLUMNS, ReplayUnit, run_task
     from rmqgate.spark.frames import rows_from_path
     from rmqgate.spark.job import probe_target
-    from rmqgate.spark.plan import build_conn_plan, planned_connection
+    from rmqgate.spark.plan import planned_connection
+    from rmqgate.tools.replay import ReplayOptions
 
     rows = rows_from_path(path)
     t0 = min(r["ts"] for r in rows)
     by_conn: dict[str, list] = collections.defaultdict(list)
     for r in rows:
         by_conn[r["conn"]].append(r)
-    opts = ReplayOptions(speed=None, timeout=10.0, grace=0.2)
-    start = time.time()
-    if engine == "shared":
-        units = []
-        for k, rs in by_conn.items():
-            for c in range(scale):
-                pc = planned_connection(rs, t0, c, len(units))
-                if pc is not None:
-                    units.append(SharedUnit(k, c, "", pc, [0] * len(pc.requests)))
-        out = run_task_shared(units, probe_target(target), target, start, opts)
-    else:
-        plans = [p for k, rs in by_conn.items() for c in range(scale) if (p := build_conn_plan(k, rs, t0, c))]
-        out = run_task(plans, {p.server: target for p in plans}, start, opts)
+    opts = ReplayOptions(speed=None, request_timeout=10.0, unanswered_timeout=0.2)
+    units = []
+    for k, rs in by_conn.items():
+        for c in range(scale):
+            pc = planned_connection(rs, t0, c, len(units))
+            if pc is not None:
+                units.append(ReplayUnit(k, c, "", pc, [0] * len(pc.requests)))
+    out = run_task(units, probe_target(target), target, time.time(), opts)
     col = {name: i for i, (name, _) in enumerate(OUTCOME_COLUMNS)}
     sent, lat = col["sent_s"], col["latency_ms"]
     ends = [o[sent] + (o[lat] / 1000.0 if o[lat] > 0 else 0.0) for o in out]
     return len(out), max(ends) - min(o[sent] for o in out)  # the job's duration_s, measured alike
 
 
-def one_master(master: str, inputs: list[str], scale: int, target: str, cache: str, engine: str) -> dict:
+def one_master(master: str, inputs: list[str], scale: int, target: str, cache: str) -> dict:
     """One job in this (fresh) process, so the session start-up includes launching the JVM."""
     from rmqgate.spark.job import JobOptions, make_session, run_job
 
@@ -75,8 +71,7 @@ def one_master(master: str, inputs: list[str], scale: int, target: str, cache: s
             frames_cache=cache,
             progress=False,
             startup_s=startup,
-            start_delay=3.0,
-            engine=engine,  # every task's Python worker is up and its plans decoded before time zero
+            start_delay=3.0,  # every task's Python worker is up and its plans decoded before time zero
         )
         return run_job(spark, opts)
     finally:
@@ -88,7 +83,6 @@ def main() -> int:
     ap.add_argument("--input", default=str(CORPUS / "pcap" / "a_SyncSendPushConsume.pcap"))
     ap.add_argument("--scale", type=int, default=200, help="clones per recorded connection (load size)")
     ap.add_argument("--masters", default="local[1],local[2]")
-    ap.add_argument("--engine", choices=("shared", "builtin"), default="shared", help="per-task replayer")
     ap.add_argument("--repeat", type=int, default=2, help="runs per master, alternating; the best one counts")
     ap.add_argument("--one", metavar="MASTER", help=argparse.SUPPRESS)
     ap.add_argument("--target", help=argparse.SUPPRESS)
@@ -96,7 +90,7 @@ def main() -> int:
     args = ap.parse_args()
 
     if args.one:
-        report = one_master(args.one, [args.input], args.scale, args.target, args.cache, args.engine)
+        report = one_master(args.one, [args.input], args.scale, args.target, args.cache)
         print(json.dumps(report))
         return 0
 
@@ -108,12 +102,9 @@ def main() -> int:
     ms = args.masters.split(",")
     cache = tempfile.mkdtemp(prefix="rmqgate-bench-frames-")
     try:
-        n, secs = floor_rate(args.input, args.scale, target, args.engine)
+        n, secs = floor_rate(args.input, args.scale, target)
         floor = n / secs
-        print(
-            f"capture {Path(args.input).name} x scale {args.scale}, speed max, engine {args.engine}, "
-            "target: minimal responder"
-        )
+        print(f"capture {Path(args.input).name} x scale {args.scale}, speed max, target: minimal responder")
         print(
             f"floor: the same plans in one Python process, no Spark: {n} requests in {secs:.2f} s = {floor:,.0f} req/s"
         )
@@ -128,7 +119,7 @@ def main() -> int:
                 "--scale",
                 str(args.scale),
             ]
-            cmd += ["--target", target, "--cache", cache, "--engine", args.engine]
+            cmd += ["--target", target, "--cache", cache]
             done = subprocess.run(cmd, capture_output=True, text=True, check=False)
             if done.returncode != 0:
                 print(done.stderr[-3000:], file=sys.stderr)

@@ -91,12 +91,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument("--outcomes", metavar="DIR", help="write per-request outcomes as Parquet here")
     g.add_argument("--start-delay", type=float, default=1.0, help="seconds between scheduling and time zero")
-    g.add_argument(
-        "--engine",
-        choices=("shared", "builtin"),
-        default="shared",
-        help="per-task replayer: tools/replay.py's (default) or spark/executor.py's minimal one",
-    )
     g.add_argument("--verbose-spark", action="store_true", help="keep Spark's own log (default: errors only)")
     g.add_argument("--quiet", action="store_true", help="no progress lines, no summary JSON on stdout")
 
@@ -118,7 +112,6 @@ def options_from_args(args: argparse.Namespace) -> JobOptions:
         report=args.report,
         html=args.html,
         progress=not args.quiet,
-        engine=args.engine,
     )
 
 

@@ -6,10 +6,10 @@
 1. frames: pcaps / capture files (any Hadoop-compatible path, read with ``binaryFiles``) decoded with the
    project's codec into a Parquet table, cached by input path/size/mtime and reused; a ``.parquet``
    input is taken as such a table directly.
-2. plan: frames grouped by (connection, clone) into ``ConnPlan``s, one shuffle; each unit is pinned to a
+2. plan: frames grouped by (connection, clone) into tools/replay ``PlannedConnection``s, one shuffle; each unit is pinned to a
    partition by a greedy balance of request counts, so clones of a connection spread over executors.
-3. replay: one Spark task per partition replays its connections with asyncio (spark/executor.py); the
-   outcomes are written to Parquet once (never recomputed), then aggregated with Spark SQL.
+3. replay: one Spark task per partition replays its connections with tools/replay.py's engine
+   (spark/executor.py); the outcomes are written to Parquet once (never recomputed), then aggregated with Spark SQL.
 """
 
 from __future__ import annotations
@@ -27,12 +27,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rmqgate.spark.executor import OUTCOME_DDL, ReplayOptions, SharedUnit, run_task, run_task_shared
+from rmqgate.spark.executor import OUTCOME_DDL, ReplayUnit, run_task
 from rmqgate.spark.frames import FRAME_COLUMNS, FRAME_DDL, rows_from_bytes
 from rmqgate.spark.plan import (
     SEND_CODES,
     broker_names_from_routes,
-    build_conn_plan,
     masters_from_cluster_info,
     message_count,
     planned_connection,
@@ -41,6 +40,7 @@ from rmqgate.spark.plan import (
     route_bodies_from_rows,
 )
 from rmqgate.tools.capture import Role
+from rmqgate.tools.replay import ReplayOptions
 from rmqgate.wire.codes import RequestCode, ResponseCode
 from rmqgate.wire.command import RemotingCommand
 from rmqgate.wire.frame import decode_frame
@@ -81,7 +81,6 @@ class JobOptions:
     start_delay: float = 1.0
     topic_map: dict[str, str] = field(default_factory=dict)
     broker_map: dict[str, str] = field(default_factory=dict)  # recorded broker name -> target name
-    engine: str = "shared"  # "shared": tools/replay.py's engine in each task; "builtin": spark/executor.py's
     frames_cache: str | None = None
     outcomes: str | None = None
     report: str | None = None
@@ -363,25 +362,22 @@ def run_job(spark: Any, opts: JobOptions) -> dict[str, Any]:
     ingest_s = time.perf_counter() - t
 
     t = time.perf_counter()
-    scale, topic_map = opts.scale, dict(opts.topic_map)
+    scale = opts.scale
 
     def units(row: Any) -> list[tuple[tuple[str, int], Any]]:
         if row["conn"] not in origin:
             return []
         return [((row["conn"], k), row) for k in range(scale)]
 
-    shared = opts.engine == "shared"
     unit_ids = {key: i for i, key in enumerate(sorted(weights))}
 
     def build(kv: tuple[tuple[str, int], Any]) -> Any:
         (conn, clone), rows = kv
-        if not shared:
-            return build_conn_plan(conn, rows, origin[conn], clone, topic_map)
         pc = planned_connection(rows, origin[conn], clone, unit_ids[(conn, clone)], names)
         if pc is None:
             return None
         messages = [message_count(decode_frame(r.raw)) if r.code in SEND_CODES else 0 for r in pc.requests]
-        return SharedUnit(conn, clone, "namesrv" if pc.role == Role.NAMESRV else "broker", pc, messages)
+        return ReplayUnit(conn, clone, "namesrv" if pc.role == Role.NAMESRV else "broker", pc, messages)
 
     plans = (
         frames.select(*PLAN_COLUMNS)
@@ -392,7 +388,7 @@ def run_job(spark: Any, opts: JobOptions) -> dict[str, Any]:
         .persist()
     )
     n_plans = plans.count()
-    n_requests = plans.map(lambda p: len(p.conn.requests) if shared else len(p.steps)).sum()
+    n_requests = plans.map(lambda p: len(p.conn.requests)).sum()
     plan_s = time.perf_counter() - t
     _say(
         opts,
@@ -400,7 +396,13 @@ def run_job(spark: Any, opts: JobOptions) -> dict[str, Any]:
         f"{partitions} partition(s), built in {plan_s:.1f} s",
     )
 
-    ropts = ReplayOptions(speed=opts.speed, timeout=opts.timeout, grace=opts.grace)
+    ropts = ReplayOptions(
+        speed=opts.speed,
+        topic_map=dict(opts.topic_map),
+        broker_map=dict(opts.broker_map),
+        request_timeout=opts.timeout,
+        unanswered_timeout=opts.grace,
+    )
     local = sc.master.startswith("local")
     scratch = None
     if opts.outcomes:
@@ -411,15 +413,8 @@ def run_job(spark: Any, opts: JobOptions) -> dict[str, Any]:
     else:  # executors write it: a path on the cluster's default file system
         outcomes_path = f"rmqgate-spark-outcomes/{uuid.uuid4().hex}.parquet"
     start_at = time.time() + opts.start_delay
-    target, broker_map = opts.target, dict(opts.broker_map)
-    if shared:
-        replay = plans.mapPartitionsWithIndex(
-            lambda i, it: run_task_shared(
-                list(it), masters, target, start_at, ropts, i, topic_map, broker_map
-            )
-        )
-    else:
-        replay = plans.mapPartitionsWithIndex(lambda i, it: run_task(list(it), targets, start_at, ropts, i))
+    target = opts.target
+    replay = plans.mapPartitionsWithIndex(lambda i, it: run_task(it, masters, target, start_at, ropts, i))
     t = time.perf_counter()
     _say(opts, f"replaying against {opts.target} at speed {opts.speed or 'max'} ...")
     spark.createDataFrame(replay, OUTCOME_DDL).write.mode("overwrite").parquet(outcomes_path)
@@ -437,7 +432,6 @@ def run_job(spark: Any, opts: JobOptions) -> dict[str, Any]:
         "partitions": partitions,
         "scale": opts.scale,
         "speed": opts.speed if opts.speed else "max",
-        "engine": opts.engine,
         "inputs": list(opts.inputs),
         "target": opts.target,
         "target_brokers": masters,

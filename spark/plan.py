@@ -1,25 +1,27 @@
-"""The replay plan: per original connection, its requests in order with timing, the responses the
-capture recorded, and what must have been answered before each request went out.
+"""Per-connection replay plans from frame rows, as tools/replay's engine takes them.
 
-Pure Python (no Spark): the job groups frame rows by connection and calls ``build_conn_plan`` once per
-(connection, clone). A clone (``clone > 0``) is the same client again under another identity: its
-clientID (heartbeat, unregister, lock bodies) gets a ``#<clone>`` suffix, and every message it sends gets
-a distinct UNIQ_KEY and KEYS, so N clones put N distinct copies of each message. Producer and consumer
-groups stay, so clones join the same groups as the original.
+Pure Python (no Spark): the job groups frame rows by connection and calls ``planned_connection`` once per
+(connection, clone); the per-frame planning is ``tools.replay.build_connection_plan``. A clone
+(``clone > 0``) is the same client again under another identity: its clientID (heartbeat, unregister,
+lock bodies) gets a ``#<clone>`` suffix, and every message it sends gets a distinct UNIQ_KEY and KEYS, so
+N clones put N distinct copies of each message. Producer and consumer groups stay, so clones join the
+same groups as the original.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
+from rmqgate.tools.capture import Role
+from rmqgate.tools.replay import BROKER_ONLY_CODES, SEND_CODES, PlannedConnection, build_connection_plan
+from rmqgate.tools.traffic import NAMESRV_CODES
 from rmqgate.wire.codes import RequestCode
 from rmqgate.wire.command import RESPONSE_FLAG, RemotingCommand
 from rmqgate.wire.errors import CodecError
 from rmqgate.wire.fastjson import loads as fastjson_loads
-from rmqgate.wire.frame import decode_frame, encode_frame
+from rmqgate.wire.frame import decode_frame
 from rmqgate.wire.message import (
     PROPERTY_KEYS,
     PROPERTY_UNIQ_KEY,
@@ -29,68 +31,7 @@ from rmqgate.wire.message import (
     parse_properties,
 )
 
-#: Requests only a name server serves (decide a connection's role when the capture does not say).
-NAMESRV_CODES = frozenset(
-    {
-        RequestCode.PUT_KV_CONFIG,
-        RequestCode.GET_KV_CONFIG,
-        RequestCode.DELETE_KV_CONFIG,
-        RequestCode.GET_ROUTEINFO_BY_TOPIC,
-        RequestCode.GET_BROKER_CLUSTER_INFO,
-        RequestCode.WIPE_WRITE_PERM_OF_BROKER,
-        RequestCode.ADD_WRITE_PERM_OF_BROKER,
-        RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER,
-        RequestCode.DELETE_TOPIC_IN_NAMESRV,
-        RequestCode.REGISTER_TOPIC_IN_NAMESRV,
-        RequestCode.GET_KVLIST_BY_NAMESPACE,
-        RequestCode.GET_TOPICS_BY_CLUSTER,
-        RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_NS,
-        RequestCode.GET_UNIT_TOPIC_LIST,
-        RequestCode.GET_HAS_UNIT_SUB_TOPIC_LIST,
-        RequestCode.GET_HAS_UNIT_SUB_UNUNIT_TOPIC_LIST,
-        RequestCode.UPDATE_NAMESRV_CONFIG,
-        RequestCode.GET_NAMESRV_CONFIG,
-    }
-)
-#: A connection carrying these is a broker talking to its name server, not a client: never replayed
-#: (it would register the recorded broker's address with the target name server).
-BROKER_SELF_CODES = frozenset(
-    {RequestCode.REGISTER_BROKER, RequestCode.UNREGISTER_BROKER, RequestCode.QUERY_DATA_VERSION}
-)
-SINGLE_SEND_CODES = frozenset({RequestCode.SEND_MESSAGE, RequestCode.SEND_REPLY_MESSAGE})
 SEND_V2_CODES = frozenset({RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_REPLY_MESSAGE_V2})
-PULL_CODES = frozenset({RequestCode.PULL_MESSAGE, RequestCode.LITE_PULL_MESSAGE})
-SEND_CODES = SINGLE_SEND_CODES | SEND_V2_CODES | {RequestCode.SEND_BATCH_MESSAGE}
-
-
-@dataclass(slots=True)
-class Step:
-    """One request of a connection."""
-
-    seq: int
-    t: float  # seconds after the first frame of its input
-    code: int
-    oneway: bool
-    frame: bytes  # the request frame to send (the client gives it a fresh opaque)
-    expected: int | None  # response code recorded; None: the capture has no response
-    deps: tuple[int, ...]  # seqs whose recorded responses arrived before this request was sent
-    topic: str | None = None
-    messages: int = 0  # messages a SEND carries (batch entries), 0 for other codes
-
-
-@dataclass(slots=True)
-class ConnPlan:
-    key: str  # original connection key
-    clone: int
-    source: str
-    role: str  # "namesrv" / "broker"
-    server: str  # original server address
-    steps: list[Step] = field(default_factory=list)
-    replies: dict[int, list[bytes]] = field(default_factory=dict)  # code -> recorded client answers
-
-    @property
-    def name(self) -> str:
-        return f"{self.key}~{self.clone}" if self.clone else self.key
 
 
 def _get(row: Any, name: str) -> Any:
@@ -101,7 +42,7 @@ def role_of(request_codes: Iterable[int], hint: str = "") -> str:
     """ "namesrv" / "broker" / "broker-self" (a broker registering itself: skipped) for a connection
     whose client sent ``request_codes``; ``hint`` is the role the capture recorded, if any."""
     codes = set(request_codes)
-    if codes & BROKER_SELF_CODES:
+    if codes & BROKER_ONLY_CODES:
         return "broker-self"
     if hint in ("namesrv", "broker"):
         return hint
@@ -118,7 +59,6 @@ def connection_role(rows: Iterable[Any]) -> str:
 # --- clone identities --------------------------------------------------------------------------
 
 _CLIENT_ID_RE = re.compile(rb'("client[Ii][Dd]"\s*:\s*")([^"]*)(")')
-_TOPIC_RE = re.compile(rb'("topic"\s*:\s*")([^"]*)(")')
 _HEX = re.compile(r"[0-9A-Fa-f]+")
 
 
@@ -203,88 +143,7 @@ def clone_request(cmd: RemotingCommand, clone: int) -> bool:
     return changed
 
 
-def map_topics(cmd: RemotingCommand, topic_map: Mapping[str, str]) -> bool:
-    """Rename topics (``--topic-map OLD=NEW``) in the header and in heartbeat/lock bodies; True if changed."""
-    if not topic_map:
-        return False
-    changed = False
-    ext = cmd.ext_fields
-    if ext:
-        for key in (
-            ("topic", "b") if cmd.code in SEND_V2_CODES | {RequestCode.SEND_BATCH_MESSAGE} else ("topic",)
-        ):
-            new = topic_map.get(ext.get(key, ""))
-            if new is not None:
-                ext[key] = new
-                changed = True
-    if cmd.body and cmd.code in (
-        RequestCode.HEART_BEAT,
-        RequestCode.LOCK_BATCH_MQ,
-        RequestCode.UNLOCK_BATCH_MQ,
-    ):
-        body = _TOPIC_RE.sub(
-            lambda m: (
-                m.group(1) + topic_map.get(m.group(2).decode(), m.group(2).decode()).encode() + m.group(3)
-            ),
-            bytes(cmd.body),
-        )
-        changed = changed or body != bytes(cmd.body)
-        cmd.body = body
-    return changed
-
-
 # --- building -------------------------------------------------------------------------------------
-
-
-def build_conn_plan(
-    key: str, rows: Iterable[Any], t0: float, clone: int = 0, topic_map: Mapping[str, str] | None = None
-) -> ConnPlan | None:
-    """The plan of one connection (rows: its frames in any order); None if it is not to be replayed."""
-    rows = sorted(rows, key=lambda r: _get(r, "idx"))
-    if not rows:
-        return None
-    role = connection_role(rows)
-    if role == "broker-self":
-        return None
-    first = rows[0]
-    plan = ConnPlan(key, clone, _get(first, "source"), role, _get(first, "server"))
-    by_opaque: dict[int, Step] = {}
-    answered: list[int] = []
-    for r in rows:
-        if _get(r, "error"):
-            continue
-        direction = _get(r, "direction")
-        is_request = _get(r, "is_request")
-        if direction == "c2s" and is_request:
-            raw = bytes(_get(r, "raw"))
-            cmd = decode_frame(raw)
-            messages = message_count(cmd)
-            renamed = map_topics(cmd, topic_map or {})
-            if clone_request(cmd, clone) or renamed:
-                raw = encode_frame(cmd)
-            step = Step(
-                seq=len(plan.steps),
-                t=max(0.0, _get(r, "ts") - t0),
-                code=_get(r, "code"),
-                oneway=bool(_get(r, "oneway")),
-                frame=raw,
-                expected=None,
-                deps=tuple(answered),
-                topic=(topic_map or {}).get(_get(r, "topic"), _get(r, "topic")),
-                messages=messages,
-            )
-            answered = []
-            plan.steps.append(step)
-            if not step.oneway:
-                by_opaque[_get(r, "opaque")] = step
-        elif direction == "s2c" and not is_request:
-            step = by_opaque.pop(_get(r, "opaque"), None)
-            if step is not None:
-                step.expected = _get(r, "code")
-                answered.append(step.seq)
-        elif direction == "c2s" and not is_request and _get(r, "req_code") >= 0:
-            plan.replies.setdefault(_get(r, "req_code"), []).append(bytes(_get(r, "raw")))
-    return plan if plan.steps else None
 
 
 def planned_connection(
@@ -293,14 +152,10 @@ def planned_connection(
     clone: int,
     conn_id: int,
     broker_names: Mapping[str, str] | None = None,
-) -> Any:
-    """The connection as tools/replay's engine plans it (``PlannedConnection``), clone identity applied,
-    times relative to ``t0`` (the start of its input; plan_start 0 for the engine); None if it is not to
-    be replayed. ``conn_id`` must be unique within one replay call."""
-    from rmqgate.tools.capture import Role
-    from rmqgate.tools.replay import SEND_CODES as _SEND
-    from rmqgate.tools.replay import PlannedConnection, PlannedRequest, header_ext
-
+) -> PlannedConnection | None:
+    """The plan of one connection (rows: its frames in any order), clone identity applied, times
+    relative to ``t0`` (the start of its input; plan_start 0 for the engine); None if it is not to be
+    replayed. ``conn_id`` must be unique within one replay call."""
     rows = sorted(rows, key=lambda r: _get(r, "idx"))
     if not rows:
         return None
@@ -315,43 +170,13 @@ def planned_connection(
         server,
         names.get(server) or names.get(_vip_partner(server)),
     )
-    pending: dict[int, Any] = {}
-    server_reqs: dict[int, int] = {}
-    for r in rows:
-        if _get(r, "error"):
-            continue
-        raw = bytes(_get(r, "raw"))
-        opaque = _get(r, "opaque")
-        if _get(r, "direction") == "c2s":
-            if not _get(r, "is_request"):
-                code = server_reqs.pop(opaque, None)
-                if code is not None:
-                    pc.answers.setdefault(code, []).append(raw)
-                continue
-            cmd = decode_frame(raw)
-            if clone_request(cmd, clone):
-                raw = encode_frame(cmd)
-            ext = header_ext(raw)
-            req = PlannedRequest(_get(r, "ts") - t0, raw, cmd.code, opaque, cmd.flag, ext)
-            from_check = ext.get("fromTransactionCheck") in ("true", "1")
-            if cmd.code == RequestCode.END_TRANSACTION and from_check:
-                pc.check_answers[
-                    ext.get("msgId") or ext.get("transactionId") or str(len(pc.check_answers))
-                ] = req
-            else:
-                pc.requests.append(req)
-            pending[opaque] = req
-        elif _get(r, "is_request"):
-            server_reqs[opaque] = _get(r, "code")
-        else:
-            req = pending.pop(opaque, None)
-            if req is None:
-                continue
-            req.resp_ts = _get(r, "ts") - t0
-            req.resp_code = _get(r, "code")
-            if req.code in _SEND or req.code == RequestCode.END_TRANSACTION:
-                req.resp_ext = dict(decode_frame(raw).ext_fields or {})
-    return pc if pc.requests or pc.check_answers else None
+    frames = (
+        (_get(r, "ts") - t0, _get(r, "direction") == "c2s", bytes(_get(r, "raw")))
+        for r in rows
+        if not _get(r, "error")
+    )
+    build_connection_plan(pc, frames, (lambda cmd: clone_request(cmd, clone)) if clone else None)
+    return None if pc.skipped else pc
 
 
 # --- routing --------------------------------------------------------------------------------------

@@ -2,7 +2,8 @@
 
 Three pure steps, reusable on a subset of connections (a Spark task replays a partition):
 ``plan = load_plan(path)``; ``outcomes = await replay_connections(plan.connections, target, ...)``;
-``report = summarize(outcomes)``.
+``report = summarize(outcomes)``. ``build_connection_plan`` plans one connection from its frames
+(load_plan uses it on every connection of a file; the Spark job on frames grouped by connection).
 
 Ordering: each connection's requests go out in recorded order at their recorded times scaled by
 ``speed`` (``None`` = as fast as the target answers). A request also waits for every request whose
@@ -229,83 +230,133 @@ class Plan:
         return [c for c in self.connections if c.skipped is None and c.requests]
 
 
-def load_plan(path: str | Path) -> Plan:
-    """Read a pcap or capture into per-connection request lists with their recorded responses."""
-    conns: dict[int, PlannedConnection] = {}
-    pending: dict[tuple[int, int], PlannedRequest] = {}  # (conn, opaque) -> c2s request
-    server_reqs: dict[tuple[int, int], int] = {}  # (conn, opaque) -> code of an s2c request
-    broker_addrs: dict[str, str] = {}
-    touched: set[str] = set()  # topics created, sent to or looked up so far
-    preexisting: dict[str, dict[str, int]] = {}
-    start = math.inf
-    for rec in iter_records(path):
-        if rec.kind == Kind.CONN_OPEN:
-            conns[rec.conn_id] = PlannedConnection(
-                rec.conn_id, rec.role, str(rec.meta.get("server", "")), rec.meta.get("broker_name")
-            )
-            continue
-        if rec.kind != Kind.FRAME:
-            continue
-        pc = conns.get(rec.conn_id)
-        if pc is None:
-            pc = conns[rec.conn_id] = PlannedConnection(rec.conn_id, rec.role, "", None)
-        try:
-            cmd = decode_frame(rec.data)
-        except CodecError:
-            continue
-        key = (rec.conn_id, cmd.opaque)
-        if rec.direction == Direction.C2S:
+class ConnectionPlanner:
+    """Builds one ``PlannedConnection`` from its frames, fed in recorded order.
+
+    ``rewrite`` may change a client request in place before it is planned (returns True if it did;
+    the Spark job gives clones their identity this way).
+    """
+
+    def __init__(
+        self, pc: PlannedConnection, rewrite: Callable[[RemotingCommand], bool] | None = None
+    ) -> None:
+        self.pc = pc
+        self.rewrite = rewrite
+        self.pending: dict[int, PlannedRequest] = {}  # opaque -> client request awaiting its response
+        self.server_reqs: dict[int, int] = {}  # opaque -> code of a server request awaiting its answer
+
+    def add(self, ts: float, c2s: bool, raw: bytes, cmd: RemotingCommand) -> PlannedRequest | None:
+        """Plan one frame (``cmd`` decoded from ``raw``); returns the client request it is or answers."""
+        pc = self.pc
+        if c2s:
             if cmd.flag & RESPONSE_FLAG:
-                code = server_reqs.pop(key, None)
+                code = self.server_reqs.pop(cmd.opaque, None)
                 if code is not None:
-                    pc.answers.setdefault(code, []).append(rec.data)
-                continue
-            ext = header_ext(rec.data)
-            req = PlannedRequest(rec.ts, rec.data, cmd.code, cmd.opaque, cmd.flag, ext)
-            start = min(start, rec.ts)
-            if cmd.code == RequestCode.UPDATE_AND_CREATE_TOPIC or cmd.code in SEND_CODES:
-                topic = ext.get("b" if cmd.code in (310, 320, 325) else "topic")
-                if topic:
-                    touched.add(topic)
+                    pc.answers.setdefault(code, []).append(raw)
+                return None
+            if self.rewrite is not None and self.rewrite(cmd):
+                raw = encode_frame(cmd)
+            ext = header_ext(raw)
+            req = PlannedRequest(ts, raw, cmd.code, cmd.opaque, cmd.flag, ext)
             if cmd.code in BROKER_ONLY_CODES:
                 pc.skipped = "broker registration traffic"
-                if ext.get("brokerAddr") and ext.get("brokerName"):
-                    broker_addrs[ext["brokerAddr"]] = ext["brokerName"]
             if cmd.code == RequestCode.END_TRANSACTION and ext.get("fromTransactionCheck") in ("true", "1"):
                 pc.check_answers[
                     ext.get("msgId") or ext.get("transactionId") or str(len(pc.check_answers))
                 ] = req
             else:
                 pc.requests.append(req)
-            pending[key] = req
-        elif cmd.flag & RESPONSE_FLAG:
-            req = pending.pop(key, None)
-            if req is None:
-                continue
-            req.resp_ts = rec.ts
+            self.pending[cmd.opaque] = req
+            return req
+        if not cmd.flag & RESPONSE_FLAG:
+            self.server_reqs[cmd.opaque] = cmd.code
+            return None
+        req = self.pending.pop(cmd.opaque, None)
+        if req is not None:
+            req.resp_ts = ts
             req.resp_code = cmd.code
             if req.code in SEND_CODES or req.code == RequestCode.END_TRANSACTION:
                 req.resp_ext = dict(cmd.ext_fields or {})
-            if (
-                req.code in (RequestCode.GET_ROUTEINFO_BY_TOPIC, RequestCode.GET_BROKER_CLUSTER_INFO)
-                and cmd.body
-            ):
-                broker_addrs.update(broker_addresses(bytes(cmd.body)))
-            if req.code == RequestCode.GET_ROUTEINFO_BY_TOPIC:
-                topic = req.ext.get("topic", "")
-                if topic and topic not in touched and cmd.code == ResponseCode.SUCCESS and cmd.body:
-                    queues = _route_queues(bytes(cmd.body))
-                    if queues and topic != "TBW102" and not topic.startswith(("%RETRY%", "%DLQ%")):
-                        preexisting[topic] = queues
-                touched.add(topic)
-        else:
-            server_reqs[key] = cmd.code
-    for pc in conns.values():
-        if pc.role == Role.BROKER and pc.broker_name is None:
-            pc.broker_name = _guess_broker_name(pc.server, broker_addrs)
+        return req
+
+    def finish(self) -> PlannedConnection:
+        pc = self.pc
         if not pc.requests and not pc.check_answers and pc.skipped is None:
             pc.skipped = "no requests"
-    ordered = sorted(conns.values(), key=lambda c: c.first_ts)
+        return pc
+
+
+def build_connection_plan(
+    pc: PlannedConnection,
+    frames: Iterable[tuple[float, bool, bytes]],
+    rewrite: Callable[[RemotingCommand], bool] | None = None,
+) -> PlannedConnection:
+    """Fill ``pc`` from its frames, ``(ts, client_to_server, raw)`` in recorded order (undecodable
+    frames are left out); ``pc.skipped`` says why it is not to be replayed, if so."""
+    planner = ConnectionPlanner(pc, rewrite)
+    for ts, c2s, raw in frames:
+        try:
+            cmd = decode_frame(raw)
+        except CodecError:
+            continue
+        planner.add(ts, c2s, raw, cmd)
+    return planner.finish()
+
+
+def load_plan(path: str | Path) -> Plan:
+    """Read a pcap or capture into per-connection request lists with their recorded responses."""
+    planners: dict[int, ConnectionPlanner] = {}
+    broker_addrs: dict[str, str] = {}
+    touched: set[str] = set()  # topics created, sent to or looked up so far
+    preexisting: dict[str, dict[str, int]] = {}
+    start = math.inf
+    for rec in iter_records(path):
+        if rec.kind == Kind.CONN_OPEN:
+            planners[rec.conn_id] = ConnectionPlanner(
+                PlannedConnection(
+                    rec.conn_id, rec.role, str(rec.meta.get("server", "")), rec.meta.get("broker_name")
+                )
+            )
+            continue
+        if rec.kind != Kind.FRAME:
+            continue
+        planner = planners.get(rec.conn_id)
+        if planner is None:
+            planner = planners[rec.conn_id] = ConnectionPlanner(
+                PlannedConnection(rec.conn_id, rec.role, "", None)
+            )
+        try:
+            cmd = decode_frame(rec.data)
+        except CodecError:
+            continue
+        c2s = rec.direction == Direction.C2S
+        req = planner.add(rec.ts, c2s, rec.data, cmd)
+        if req is None:
+            continue
+        if c2s:
+            start = min(start, rec.ts)
+            ext = req.ext
+            if cmd.code == RequestCode.UPDATE_AND_CREATE_TOPIC or cmd.code in SEND_CODES:
+                topic = ext.get("b" if cmd.code in (310, 320, 325) else "topic")
+                if topic:
+                    touched.add(topic)
+            if cmd.code in BROKER_ONLY_CODES and ext.get("brokerAddr") and ext.get("brokerName"):
+                broker_addrs[ext["brokerAddr"]] = ext["brokerName"]
+            continue
+        if req.code in (RequestCode.GET_ROUTEINFO_BY_TOPIC, RequestCode.GET_BROKER_CLUSTER_INFO) and cmd.body:
+            broker_addrs.update(broker_addresses(bytes(cmd.body)))
+        if req.code == RequestCode.GET_ROUTEINFO_BY_TOPIC:
+            topic = req.ext.get("topic", "")
+            if topic and topic not in touched and cmd.code == ResponseCode.SUCCESS and cmd.body:
+                queues = _route_queues(bytes(cmd.body))
+                if queues and topic != "TBW102" and not topic.startswith(("%RETRY%", "%DLQ%")):
+                    preexisting[topic] = queues
+            touched.add(topic)
+    conns = [planner.finish() for planner in planners.values()]
+    for pc in conns:
+        if pc.role == Role.BROKER and pc.broker_name is None:
+            pc.broker_name = _guess_broker_name(pc.server, broker_addrs)
+    ordered = sorted(conns, key=lambda c: c.first_ts)
     return Plan(str(path), 0.0 if start == math.inf else start, ordered, broker_addrs, preexisting)
 
 

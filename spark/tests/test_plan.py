@@ -9,27 +9,36 @@ from pathlib import Path
 from rmqgate.spark.frames import rows_from_bytes, rows_from_path
 from rmqgate.spark.job import assign_partitions
 from rmqgate.spark.plan import (
-    ConnPlan,
     broker_names_from_routes,
-    build_conn_plan,
     clone_uniq_key,
+    message_count,
+    planned_connection,
     resolve_targets,
     route_bodies_from_rows,
 )
+from rmqgate.tools.capture import Role
+from rmqgate.tools.replay import PlannedConnection
 from rmqgate.wire.codes import RequestCode
 from rmqgate.wire.fastjson import loads
 from rmqgate.wire.frame import decode_frame
 from rmqgate.wire.message import decode_batch, parse_properties
 
 
-def _plans(path: Path, clone: int = 0, topic_map: dict[str, str] | None = None) -> list[ConnPlan]:
-    rows = rows_from_path(str(path))
-    t0 = min(r["ts"] for r in rows)
+def _by_conn(rows: list[dict]) -> list[list[dict]]:
     by_conn: dict[str, list] = collections.defaultdict(list)
     for r in rows:
         by_conn[r["conn"]].append(r)
-    plans = [build_conn_plan(k, rs, t0, clone, topic_map) for k, rs in by_conn.items()]
+    return list(by_conn.values())
+
+
+def _plans_of(rows: list[dict], clone: int = 0) -> list[PlannedConnection]:
+    t0 = min(r["ts"] for r in rows)
+    plans = [planned_connection(rs, t0, clone, i) for i, rs in enumerate(_by_conn(rows))]
     return [p for p in plans if p is not None]
+
+
+def _plans(path: Path, clone: int = 0) -> list[PlannedConnection]:
+    return _plans_of(rows_from_path(str(path)), clone)
 
 
 def test_rows_from_bytes_equal_rows_from_path(corpus: Path) -> None:
@@ -49,30 +58,31 @@ def test_plan_holds_every_client_request_but_the_brokers_own(corpus: Path) -> No
     client_requests = [r for r in rows if r["direction"] == "c2s" and r["is_request"]]
     registering = [r for r in client_requests if r["code"] == RequestCode.REGISTER_BROKER]
     assert registering, "the capture has the broker's own registration"
-    assert sum(len(p.steps) for p in plans) == len(client_requests) - len(registering)
-    assert not any(s.code == RequestCode.REGISTER_BROKER for p in plans for s in p.steps)
-    assert {p.role for p in plans} == {"namesrv", "broker"}
+    assert sum(len(p.requests) for p in plans) == len(client_requests) - len(registering)
+    assert not any(r.code == RequestCode.REGISTER_BROKER for p in plans for r in p.requests)
+    assert {p.role for p in plans} == {Role.NAMESRV, Role.BROKER}
     for p in plans:
-        times = [s.t for s in p.steps]
-        assert times == sorted(times)
-        assert [s.seq for s in p.steps] == list(range(len(p.steps)))
-    sends = [s for p in plans for s in p.steps if s.code == RequestCode.SEND_MESSAGE_V2]
-    assert len(sends) == 100 and all(s.expected == 0 and s.messages == 1 for s in sends)
+        times = [r.ts for r in p.requests]
+        assert times == sorted(times) and times[0] >= 0
+    sends = [r for p in plans for r in p.requests if r.code == RequestCode.SEND_MESSAGE_V2]
+    assert len(sends) == 100
+    assert all(r.resp_code == 0 and message_count(decode_frame(r.raw)) == 1 for r in sends)
 
 
 def test_sync_producer_waits_for_each_response(corpus: Path) -> None:
     plans = _plans(corpus / "pcap" / "a_SyncSendPushConsume.pcap")
-    producer = next(p for p in plans if any(s.code == RequestCode.SEND_MESSAGE_V2 for s in p.steps))
-    sends = [s for s in producer.steps if s.code == RequestCode.SEND_MESSAGE_V2]
+    producer = next(p for p in plans if any(r.code == RequestCode.SEND_MESSAGE_V2 for r in p.requests))
+    sends = [r for r in producer.requests if r.code == RequestCode.SEND_MESSAGE_V2]
+    # the engine holds a request until every response recorded before it was sent has come
     for prev, nxt in itertools.pairwise(sends):
-        assert prev.seq in nxt.deps
+        assert prev.resp_ts is not None and prev.ts < prev.resp_ts <= nxt.ts
 
 
 def test_unanswered_long_polls_have_no_expected_code(corpus: Path) -> None:
     plans = _plans(corpus / "pcap" / "a_SyncSendPushConsume.pcap")
-    pulls = [s for p in plans for s in p.steps if s.code == RequestCode.PULL_MESSAGE]
-    assert any(s.expected is None for s in pulls)  # parked when the capture ended
-    assert any(s.expected == 0 for s in pulls)
+    pulls = [r for p in plans for r in p.requests if r.code == RequestCode.PULL_MESSAGE]
+    assert any(r.resp_code is None for r in pulls)  # parked when the capture ended
+    assert any(r.resp_code == 0 for r in pulls)
 
 
 def test_clones_get_distinct_client_ids_and_message_keys(corpus: Path) -> None:
@@ -80,9 +90,9 @@ def test_clones_get_distinct_client_ids_and_message_keys(corpus: Path) -> None:
     per_clone = [_plans(path, clone) for clone in range(3)]
     heartbeats = [
         [
-            loads(bytes(decode_frame(s.frame).body).decode())["clientID"]
+            loads(bytes(decode_frame(s.raw).body).decode())["clientID"]
             for p in plans
-            for s in p.steps
+            for s in p.requests
             if s.code == 34
         ]
         for plans in per_clone
@@ -90,22 +100,26 @@ def test_clones_get_distinct_client_ids_and_message_keys(corpus: Path) -> None:
     assert heartbeats[1] == [f"{cid}#1" for cid in heartbeats[0]]
     assert heartbeats[2] == [f"{cid}#2" for cid in heartbeats[0]]
     unregisters = [
-        [decode_frame(s.frame).ext_fields["clientID"] for p in plans for s in p.steps if s.code == 35]
+        [decode_frame(s.raw).ext_fields["clientID"] for p in plans for s in p.requests if s.code == 35]
         for plans in per_clone
     ]
     assert unregisters[1] == [f"{cid}#1" for cid in unregisters[0]]
 
-    def batch_entries(plans: list[ConnPlan]) -> list:
+    def batch_entries(plans: list[PlannedConnection]) -> list:
         return [
             e
             for p in plans
-            for s in p.steps
+            for s in p.requests
             if s.code == RequestCode.SEND_BATCH_MESSAGE
-            for e in decode_batch(decode_frame(s.frame).body)
+            for e in decode_batch(decode_frame(s.raw).body)
         ]
 
     entries = [batch_entries(plans) for plans in per_clone]
-    assert len(entries[0]) == 40 == sum(s.messages for p in per_clone[0] for s in p.steps)
+    assert (
+        len(entries[0])
+        == 40
+        == sum(message_count(decode_frame(s.raw)) for p in per_clone[0] for s in p.requests)
+    )
     uniq = [e.properties["UNIQ_KEY"] for es in entries for e in es]
     assert len(set(uniq)) == len(uniq) == 120
     assert len({len(u) for u in uniq}) == 1 and len(uniq[0]) in (32, 56)  # same shape as recorded
@@ -115,10 +129,10 @@ def test_clones_get_distinct_client_ids_and_message_keys(corpus: Path) -> None:
     # bodies, flags and the producer group are what the client sent
     assert [e.body for e in entries[1]] == [e.body for e in entries[0]]
     groups = {
-        decode_frame(s.frame).ext_fields["a"]
+        decode_frame(s.raw).ext_fields["a"]
         for plans in per_clone
         for p in plans
-        for s in p.steps
+        for s in p.requests
         if s.code == RequestCode.SEND_BATCH_MESSAGE
     }
     assert len(groups) == 1
@@ -128,9 +142,9 @@ def test_single_send_clone_rewrites_properties(corpus: Path) -> None:
     path = corpus / "pcap" / "a_SyncSendPushConsume.pcap"
     props = [
         [
-            parse_properties(decode_frame(s.frame).ext_fields["i"])
+            parse_properties(decode_frame(s.raw).ext_fields["i"])
             for p in _plans(path, clone)
-            for s in p.steps
+            for s in p.requests
             if s.code == RequestCode.SEND_MESSAGE_V2
         ]
         for clone in (0, 1)
@@ -150,19 +164,6 @@ def test_clone_uniq_key_shape() -> None:
     assert clone_uniq_key(uniq, 0) == uniq
     assert [clone_uniq_key(uniq, c)[8:12] for c in (1, 2)] == ["0065", "0066"]
     assert clone_uniq_key("odd", 3) == "odd-3"
-
-
-def test_topic_map_renames_send_pull_and_subscriptions(corpus: Path) -> None:
-    plans = _plans(
-        corpus / "pcap" / "a_SyncSendPushConsume.pcap", topic_map={"LabSync_mwr6eu1knmg": "Renamed"}
-    )
-    sends = [decode_frame(s.frame) for p in plans for s in p.steps if s.code == RequestCode.SEND_MESSAGE_V2]
-    assert {c.ext_fields["b"] for c in sends} == {"Renamed"}
-    pulls = [decode_frame(s.frame) for p in plans for s in p.steps if s.code == RequestCode.PULL_MESSAGE]
-    assert {c.ext_fields["topic"] for c in pulls} - {"%RETRY%CG_sync_mwr6eudmyjs"} == {"Renamed"}
-    heartbeats = [bytes(decode_frame(s.frame).body) for p in plans for s in p.steps if s.code == 34]
-    assert all(b"LabSync_mwr6eu1knmg" not in b for b in heartbeats)
-    assert any(b'"Renamed"' in b for b in heartbeats)
 
 
 def test_targets_by_broker_name_vip_port_and_single_broker_fallback(corpus: Path) -> None:
@@ -212,9 +213,4 @@ def test_capture_file_gives_the_same_rows_as_its_pcap(corpus: Path, tmp_path: Pa
 
     assert sorted(map(key, from_cap)) == sorted(map(key, from_pcap))
     assert {r["role"] for r in from_cap} == {"namesrv", "broker"}  # recorded, not guessed
-    by_conn: dict[str, list] = collections.defaultdict(list)
-    for r in from_cap:
-        by_conn[r["conn"]].append(r)
-    t0 = min(r["ts"] for r in from_cap)
-    steps = sum(len(p.steps) for k, rs in by_conn.items() if (p := build_conn_plan(k, rs, t0)))
-    assert steps == sum(len(p.steps) for p in _plans(pcap))
+    assert sum(len(p.requests) for p in _plans_of(from_cap)) == sum(len(p.requests) for p in _plans(pcap))

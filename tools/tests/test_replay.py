@@ -6,17 +6,20 @@ import argparse
 import asyncio
 import json
 import pickle
+import time
 from pathlib import Path
 
 import pytest
 
 from rmqgate.server.client import RemotingClient
 from rmqgate.tools import replay_cli
-from rmqgate.tools.capture import CaptureWriter
+from rmqgate.tools.capture import CaptureWriter, Role
 from rmqgate.tools.fakecluster import FakeCluster, props
 from rmqgate.tools.proxy import RecordingProxy
 from rmqgate.tools.replay import (
     Outcome,
+    PlannedConnection,
+    PlannedRequest,
     ReplayOptions,
     header_ext,
     load_plan,
@@ -26,9 +29,9 @@ from rmqgate.tools.replay import (
     replay_file,
     summarize,
 )
-from rmqgate.wire.codes import LanguageCode, RequestCode, SerializeType
-from rmqgate.wire.command import RemotingCommand
-from rmqgate.wire.frame import decode_frame, encode_frame
+from rmqgate.wire.codes import LanguageCode, RequestCode, ResponseCode, SerializeType
+from rmqgate.wire.command import ONEWAY_FLAG, RESPONSE_FLAG, RemotingCommand
+from rmqgate.wire.frame import FrameDecoder, decode_frame, encode_frame
 
 RUNNING_INFO = b'{"properties":{"consumeType":"CONSUME_PASSIVELY"}}'
 
@@ -276,3 +279,65 @@ def test_patching_keeps_json_number_tokens() -> None:
         b'"suspendTimeoutMillis":1000,' in patched and b'"opaque":9,' in patched and patched.endswith(b"}\n")
     )
     assert header_ext(patched) == {"queueId": "3", "suspendTimeoutMillis": "1000", "topic": "T"}
+
+
+class _Answering(asyncio.Protocol):
+    """Answers every request at once with SUCCESS (``silent``: never answers)."""
+
+    silent = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport
+        self.decoder = FrameDecoder()
+
+    def data_received(self, data: bytes) -> None:
+        for cmd in self.decoder.feed(data):
+            if not self.silent and not cmd.flag & (RESPONSE_FLAG | ONEWAY_FLAG):
+                self.transport.write(encode_frame(cmd.response(ResponseCode.SUCCESS)))
+
+
+class _Silent(_Answering):
+    silent = True
+
+
+def _planned(*reqs: tuple[float, int, float | None]) -> PlannedConnection:
+    """A name server connection of (recorded time, code, recorded response time or None) requests."""
+    pc = PlannedConnection(1, Role.NAMESRV, "recorded:9876", None)
+    for i, (ts, code, resp_ts) in enumerate(reqs):
+        raw = encode_frame(RemotingCommand.request(code, {"topic": "T"}, opaque=i + 1))
+        req = PlannedRequest(ts, raw, code, i + 1, 0, header_ext(raw), resp_ts)
+        req.resp_code = None if resp_ts is None else 0
+        pc.requests.append(req)
+    return pc
+
+
+async def _replay_one(protocol: type[asyncio.Protocol], pc: PlannedConnection, opts: ReplayOptions) -> list:
+    server = await asyncio.get_running_loop().create_server(protocol, "127.0.0.1", 0)
+    async with server:
+        addr = f"127.0.0.1:{server.sockets[0].getsockname()[1]}"
+        return await replay_connections([pc], addr, opts, plan_start=0.0, brokers={})
+
+
+def test_pacing_follows_recorded_time_scaled_by_speed() -> None:
+    pc = _planned((0.0, 34, 0.01), (0.4, 34, 0.41), (0.8, 34, 0.81))
+    outcomes = asyncio.run(_replay_one(_Answering, pc, ReplayOptions(speed=2.0)))
+    assert [o.response_code for o in outcomes] == [0, 0, 0]
+    first = outcomes[0].sent
+    for o, want in zip(outcomes, (0.0, 0.2, 0.4), strict=True):
+        assert want - 0.01 <= o.sent - first <= want + 0.15
+
+
+def test_unanswered_is_not_an_error_but_a_missing_recorded_response_is() -> None:
+    # a pull the capture never saw answered (parked), then a request whose response it recorded
+    pc = _planned((0.0, RequestCode.PULL_MESSAGE, None), (0.01, RequestCode.HEART_BEAT, 0.02))
+    opts = ReplayOptions(speed=None, request_timeout=0.3, unanswered_timeout=0.2)
+    started = time.perf_counter()
+    outcomes = asyncio.run(_replay_one(_Silent, pc, opts))
+    assert time.perf_counter() - started < 2.0
+    assert [(o.code, o.response_code, o.error) for o in outcomes] == [
+        (RequestCode.PULL_MESSAGE, None, None),
+        (RequestCode.HEART_BEAT, None, "timeout"),
+    ]
+    assert outcomes[0].long_poll and not outcomes[1].long_poll
+    report = summarize(outcomes)
+    assert report["errors"] == 1 and report["error_kinds"] == {"timeout": 1}
