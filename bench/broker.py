@@ -2,8 +2,7 @@
 
 Prints sends/s, pulled msgs/s, send latency p50/p99 and the server's RSS next to a floor measured in
 the same run: a bare asyncio server (same process model, same frame decoder) that answers every frame
-with a send-shaped response without storing anything. Also sends/s with flushDiskType=SYNC_FLUSH, and
-the full broker over a no-op store (what the remoting core + processors cost without the store).
+with a send-shaped response without storing anything. Also sends/s with flushDiskType=SYNC_FLUSH.
 The server runs in its own process (``rmqgate serve``), the load generator here.
 
 Run: ``.venv/bin/python bench/broker.py [--connections 16] [--seconds 8] [--size 1024] [--rounds 2]``
@@ -56,29 +55,6 @@ def run_floor_server() -> None:
         loop = asyncio.get_running_loop()
         server = await loop.create_server(Floor, "127.0.0.1", 0)
         print(f"rmqgate ready: broker 127.0.0.1:{server.sockets[0].getsockname()[1]}", flush=True)
-        await asyncio.Event().wait()
-
-    asyncio.run(main())
-
-
-def run_null_store_server() -> None:
-    """The whole rmqgate broker (remoting core, processors) over a store whose put does nothing: shows
-    what the server costs apart from the store."""
-    from rmqgate.server.broker import BrokerController
-    from rmqgate.server.config import BrokerConfig
-    from rmqgate.server.memstore import MemoryMessageStore
-    from rmqgate.store.api import PutMessageStatus, PutResult
-
-    class NullStore(MemoryMessageStore):
-        def put_message(self, msg):  # type: ignore[no-untyped-def]
-            return PutResult(PutMessageStatus.PUT_OK, "7F00000100002A9F000000008EE24ED2", msg.queue_id, 0)
-
-    async def main() -> None:
-        broker = BrokerController(
-            BrokerConfig(brokerName="null", listenPort=0), NullStore(), listen_host="127.0.0.1"
-        )
-        await broker.start()
-        print(f"rmqgate ready: broker 127.0.0.1:{broker.port}", flush=True)
         await asyncio.Event().wait()
 
     asyncio.run(main())
@@ -236,13 +212,9 @@ def main() -> None:
     ap.add_argument("--size", type=int, default=1024)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--floor-server", action="store_true", help=argparse.SUPPRESS)
-    ap.add_argument("--null-store-server", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.floor_server:
         run_floor_server()
-        return
-    if args.null_store_server:
-        run_null_store_server()
         return
     rows = []
     floor_rates: list[float] = []
@@ -261,13 +233,6 @@ def main() -> None:
                 results["floor"] = (n / args.seconds, lat, float("nan"), floor.rss_mib())
         finally:
             floor.stop()
-        null = Server([sys.executable, __file__, "--null-store-server"])
-        try:
-            n, lat = asyncio.run(send_phase(null.port, args.connections, args.seconds, args.size, "BenchT"))
-            if "null" not in results or n / args.seconds > results["null"][0]:
-                results["null"] = (n / args.seconds, lat, float("nan"), null.rss_mib())
-        finally:
-            null.stop()
         for flush in ("ASYNC_FLUSH", "SYNC_FLUSH") if not results.get("SYNC_FLUSH") else ("ASYNC_FLUSH",):
             with tempfile.TemporaryDirectory(prefix="rmqgate-bench-") as tmp:
                 srv = rmqgate_server(tmp, flush)
@@ -286,11 +251,10 @@ def main() -> None:
                 finally:
                     srv.stop()
     floor_rate = results["floor"][0]
-    for name, key in (("floor (bare asyncio, no store)", "floor"), ("rmqgate broker, no-op store", "null"),
-                      ("rmqgate ASYNC_FLUSH", "ASYNC_FLUSH"), ("rmqgate SYNC_FLUSH", "SYNC_FLUSH")):  # fmt: skip
+    for name, key in (("floor (bare asyncio, no store)", "floor"), ("rmqgate ASYNC_FLUSH", "ASYNC_FLUSH"),
+                      ("rmqgate SYNC_FLUSH", "SYNC_FLUSH")):  # fmt: skip
         rate, lat, pull_rate, rss = results[key]
-        no_pull = key in ("floor", "null")
-        rows.append((name, rate, pct(lat, 0.5), pct(lat, 0.99), None if no_pull else pull_rate, rss))
+        rows.append((name, rate, pct(lat, 0.5), pct(lat, 0.99), None if key == "floor" else pull_rate, rss))
 
     print(f"\nbroker bench: {args.connections} connections, sync {args.size} B SEND_MESSAGE_V2 for {args.seconds:.0f} s each, "
           f"then 32-message pulls of everything sent (4 queues)\n")  # fmt: skip
@@ -301,9 +265,6 @@ def main() -> None:
     ratio = results["ASYNC_FLUSH"][0] / floor_rate
     print(f"\nbest of {args.rounds} alternating rounds; all floor runs {[round(r) for r in floor_rates]}, "
           f"all ASYNC_FLUSH runs {[round(r) for r in async_rates]}")  # fmt: skip
-    print(
-        f"no-op store broker = {results['null'][0] / floor_rate:.0%} of the floor (the server without its store)"
-    )
     print(f"ASYNC_FLUSH sends/s = {ratio:.0%} of the floor (target >= {TARGET_RATIO:.0%}); "
           f"SYNC_FLUSH = {results['SYNC_FLUSH'][0] / floor_rate:.0%}")  # fmt: skip
 

@@ -84,9 +84,6 @@ class ScheduleMessageService:
         self.store.register_arrival_listener(self._on_arrival)
 
     def start(self) -> None:
-        if not hasattr(self.store, "get_consume_queue_units"):
-            log.warning("the store cannot list ConsumeQueue units: delayed messages stay undelivered")
-            return
         self._loop = loop = asyncio.get_running_loop()
         for level in self.levels:
             self._events[level] = asyncio.Event()

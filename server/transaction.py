@@ -135,14 +135,6 @@ class TransactionalMessageService:
 
     def _message_at(self, topic: str, queue_offset: int) -> MessageExt | None:
         store = self.store
-        if not hasattr(store, "get_consume_queue_units"):  # the in-memory test double
-            if (
-                not store.get_min_offset_in_queue(topic, 0)
-                <= queue_offset
-                < store.get_max_offset_in_queue(topic, 0)
-            ):
-                return None
-            return store.look_message_by_offset(store.get_commit_log_offset_in_queue(topic, 0, queue_offset))
         units = store.get_consume_queue_units(topic, HALF_QUEUE_ID, queue_offset, 1)
         return store.look_message_by_offset(units[0][0]) if units else None
 

@@ -1,7 +1,7 @@
 """Broker processors over real sockets: send/pull/offsets/query/admin/client management.
 
-Each test runs twice: on the in-memory store double (server/memstore.py, processor behaviour on its
-own) and on the real store (files + LMDB in a temp dir).
+Every broker runs on the real store (CommitLog, ConsumeQueue and index files + LMDB in a temp dir,
+with small segments so tests roll files cheaply).
 """
 
 from __future__ import annotations
@@ -16,40 +16,33 @@ import pytest
 from rmqgate.server.broker import BrokerController
 from rmqgate.server.client import RemotingClient
 from rmqgate.server.config import BrokerConfig
-from rmqgate.server.memstore import MemoryMessageStore
 from rmqgate.server.testing import async_test
-from rmqgate.store.api import StoreConfig, open_store
+from rmqgate.store.api import open_store
 from rmqgate.wire import RemotingCommand, ResponseCode, SerializeType
 from rmqgate.wire.codes import RequestCode as R
 from rmqgate.wire.message import BatchEntry, encode_batch, format_properties, iter_messages, java_string_hash
 
 
-@pytest.fixture(params=["memory", "real"])
-def Broker(request: pytest.FixtureRequest, tmp_path: Path):
-    """Factory of test brokers on the in-memory store double or on the real store in tmp_path."""
+@pytest.fixture
+def Broker(tmp_path: Path):
+    """Factory of test brokers, each on its own real store in tmp_path."""
     counter = iter(range(1000))
 
     def make(**overrides: object) -> _Broker:
-        root = str(tmp_path / f"store{next(counter)}") if request.param == "real" else None
-        return _Broker(root, **overrides)
+        return _Broker(str(tmp_path / f"store{next(counter)}"), **overrides)
 
     return make
 
 
 class _Broker:
-    def __init__(self, root: str | None, **overrides: object) -> None:
+    def __init__(self, root: str, **overrides: object) -> None:
         self.config = BrokerConfig(brokerName="broker-t", listenPort=0, brokerIP1="127.0.0.1", **overrides)  # type: ignore[arg-type]
-        if root is None:
-            self.store = MemoryMessageStore(
-                StoreConfig(store_path_root_dir="", flush_disk_type=self.config.flushDiskType)
-            )
-        else:
-            self.config.storePathRootDir = root
-            self.config.mappedFileSizeCommitLog = 1 << 20
-            self.config.mappedFileSizeConsumeQueue = 6000
-            self.config.maxHashSlotNum = 5000
-            self.config.maxIndexNum = 20000
-            self.store = open_store(self.config.store_config())
+        self.config.storePathRootDir = root
+        self.config.mappedFileSizeCommitLog = 1 << 20
+        self.config.mappedFileSizeConsumeQueue = 6000
+        self.config.maxHashSlotNum = 5000
+        self.config.maxIndexNum = 20000
+        self.store = open_store(self.config.store_config())
         self.broker = BrokerController(self.config, self.store, listen_host="127.0.0.1", scan_interval=0.1)
 
     async def __aenter__(self) -> _Broker:
