@@ -1,9 +1,11 @@
 """Frame envelope and incremental decoding."""
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from rmqgate.wire import FrameDecoder, RemotingCommand, decode_frame, encode_frame
-from rmqgate.wire.errors import FrameError, FrameTooLarge, HeaderError
+from rmqgate.wire import FrameDecoder, LanguageCode, RemotingCommand, decode_frame, encode_frame
+from rmqgate.wire.errors import CodecError, FrameError, FrameTooLarge, HeaderError
 
 
 def _cmd(ser: int, body: bytes | None = b"payload") -> RemotingCommand:
@@ -53,3 +55,91 @@ def test_bad_header_consumes_its_frame_and_keeps_the_rest() -> None:
 def test_decode_frame_round_trip() -> None:
     for ser in (0, 1):
         assert decode_frame(encode_frame(_cmd(ser))) == _cmd(ser)
+
+
+# --- property-based round trips and malformed input ---------------------------------------------
+
+text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=40)
+commands = st.builds(
+    RemotingCommand,
+    st.integers(-(2**15), 2**15 - 1),
+    language=st.sampled_from(list(LanguageCode)).map(int),
+    version=st.integers(-(2**15), 2**15 - 1),
+    opaque=st.integers(-(2**31), 2**31 - 1),
+    flag=st.integers(0, 3),
+    remark=st.none() | text.filter(bool),
+    ext_fields=st.none() | st.dictionaries(text, text, min_size=1, max_size=8),
+    body=st.none() | st.binary(min_size=1, max_size=300),
+    serialize_type=st.sampled_from([0, 1]),
+)
+
+
+@given(commands, st.lists(st.integers(1, 50), max_size=20))
+def test_any_command_round_trips_through_any_chunking(cmd: RemotingCommand, cuts: list[int]) -> None:
+    frame = encode_frame(cmd)
+    decoder = FrameDecoder()
+    out, pos = [], 0
+    for n in cuts:
+        out += decoder.feed(frame[pos : pos + n])
+        pos += n
+    out += decoder.feed(frame[pos:])
+    assert out == [cmd]
+    assert decode_frame(frame) == cmd
+
+
+@given(commands)
+def test_rocketmq_header_reencodes_to_the_same_bytes(cmd: RemotingCommand) -> None:
+    cmd.serialize_type = 1
+    frame = encode_frame(cmd)
+    assert encode_frame(decode_frame(frame)) == frame
+
+
+@given(st.binary(max_size=400))
+@settings(max_examples=400)
+def test_random_bytes_give_commands_or_a_codec_error(data: bytes) -> None:
+    decoder = FrameDecoder(max_frame_length=4096)
+    try:
+        for cmd in decoder.feed(data):
+            assert isinstance(cmd, RemotingCommand)
+    except CodecError:
+        pass
+
+
+@given(commands, st.data())
+def test_corrupted_header_bytes_give_a_header_error_or_a_command(
+    cmd: RemotingCommand, data: st.DataObject
+) -> None:
+    frame = bytearray(encode_frame(cmd))
+    header_length = int.from_bytes(frame[4:8], "big") & 0xFFFFFF
+    pos = data.draw(st.integers(8, 8 + header_length - 1))
+    frame[pos] ^= data.draw(st.integers(1, 255))
+    try:
+        decode_frame(bytes(frame))
+    except CodecError:
+        pass
+
+
+@pytest.mark.parametrize(
+    ("frame", "error", "match"),
+    [
+        (b"\x00\x00\x00", FrameError, "shorter than its 8-byte prefix"),
+        (b"\x00\x00\x00\x02\x00\x00\x00\x00", FrameError, "bad header length"),
+        (b"\x00\x00\x00\x05\x02\x00\x00\x01{", FrameError, "unknown serialization type 2"),
+        (b"\x00\x00\x00\x06\x00\x00\x00\x02\xff\xfe", HeaderError, "not valid UTF-8"),
+        (b"\x00\x00\x00\x06\x00\x00\x00\x02[]", HeaderError, "not an object"),
+        (b'\x00\x00\x00\x0e\x00\x00\x00\x0a{"flag":1}', HeaderError, "no 'code'"),
+        (b"\x00\x00\x00\x08\x01\x00\x00\x04\x00\x01\x00\x00", HeaderError, "truncated"),
+        (b"\x00\x00\x00\x09\x00\x00\x00\x02{}", FrameError, "says 13 bytes but 10"),
+    ],
+)
+def test_malformed_frames_get_the_typed_error(frame: bytes, error: type, match: str) -> None:
+    with pytest.raises(error, match=match):
+        decode_frame(frame)
+
+
+def test_rocketmq_header_lengths_beyond_the_header_are_rejected() -> None:
+    header = bytearray(encode_frame(_cmd(1, None))[8:])
+    header[13:17] = (10_000).to_bytes(4, "big")  # remark length
+    frame = (4 + len(header)).to_bytes(4, "big") + ((1 << 24) | len(header)).to_bytes(4, "big") + header
+    with pytest.raises(HeaderError, match="remark length 10000 exceeds the header"):
+        decode_frame(bytes(frame))
