@@ -12,22 +12,7 @@ import sys
 import time
 
 from rmqgate.spark.job import JobError, JobOptions, make_session, probe_target, run_job
-
-
-def parse_speed(text: str) -> float | None:
-    if text.lower() in ("max", "inf", "0"):
-        return None
-    try:
-        value = float(text.rstrip("x"))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"speed must be a positive number or 'max', not {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError("speed must be positive (or 'max')")
-    return value
-
-
-def _mapping(items: list[str]) -> dict[str, str]:
-    return dict(_pair(item) for item in items)
+from rmqgate.tools.replay_cli import parse_map, parse_speed
 
 
 def _pair(text: str) -> tuple[str, str]:
@@ -105,8 +90,8 @@ def options_from_args(args: argparse.Namespace) -> JobOptions:
         timeout=args.timeout,
         grace=args.grace,
         start_delay=args.start_delay,
-        topic_map=_mapping(args.topic_map),
-        broker_map=_mapping(args.broker_map),
+        topic_map=parse_map(args.topic_map),
+        broker_map=parse_map(args.broker_map),
         frames_cache=args.frames_cache,
         outcomes=args.outcomes,
         report=args.report,

@@ -32,7 +32,6 @@ from rmqgate.spark.frames import FRAME_COLUMNS, FRAME_DDL, rows_from_bytes
 from rmqgate.spark.plan import (
     SEND_CODES,
     broker_names_from_routes,
-    masters_from_cluster_info,
     message_count,
     planned_connection,
     resolve_targets,
@@ -40,9 +39,8 @@ from rmqgate.spark.plan import (
     route_bodies_from_rows,
 )
 from rmqgate.tools.capture import Role
-from rmqgate.tools.replay import ReplayOptions
-from rmqgate.wire.codes import RequestCode, ResponseCode
-from rmqgate.wire.command import RemotingCommand
+from rmqgate.tools.replay import ReplayOptions, discover_brokers
+from rmqgate.wire.codes import RequestCode
 from rmqgate.wire.frame import decode_frame
 
 QUIET_LOG4J = Path(__file__).with_name("log4j2-quiet.properties")
@@ -172,30 +170,15 @@ def make_session(
 # --- target ---------------------------------------------------------------------------------------
 
 
-async def _cluster_info(addr: str, timeout: float) -> bytes:
-    from rmqgate.server.client import RemotingClient
-
-    client = await RemotingClient.connect_addr(addr, timeout=timeout)
-    try:
-        resp = await client.invoke(RemotingCommand.request(RequestCode.GET_BROKER_CLUSTER_INFO), timeout)
-    finally:
-        await client.aclose()
-    if resp.code != ResponseCode.SUCCESS or not resp.body:
-        raise JobError(f"target name server {addr} answered GET_BROKER_CLUSTER_INFO with code {resp.code}")
-    return bytes(resp.body)
-
-
 def probe_target(namesrv: str, timeout: float = 5.0) -> dict[str, str]:
     """Broker name -> master address from the target name server; JobError if it cannot be reached."""
     _host, sep, port = namesrv.rpartition(":")
     if not sep or not port.isdigit():
         raise JobError(f"--target must be NAMESRV_HOST:PORT, got {namesrv!r}")
     try:
-        body = asyncio.run(_cluster_info(namesrv, timeout))
+        return asyncio.run(discover_brokers(namesrv, timeout))
     except (OSError, TimeoutError) as exc:
         raise JobError(f"target name server {namesrv} is unreachable: {exc or type(exc).__name__}") from None
-    try:
-        return masters_from_cluster_info(body)
     except Exception as exc:
         raise JobError(f"target name server {namesrv} sent an unreadable cluster info: {exc}") from None
 

@@ -15,12 +15,12 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from rmqgate.tools.capture import Role
+from rmqgate.tools.proxy import broker_addresses
 from rmqgate.tools.replay import BROKER_ONLY_CODES, SEND_CODES, PlannedConnection, build_connection_plan
 from rmqgate.tools.traffic import NAMESRV_CODES
 from rmqgate.wire.codes import RequestCode
 from rmqgate.wire.command import RESPONSE_FLAG, RemotingCommand
 from rmqgate.wire.errors import CodecError
-from rmqgate.wire.fastjson import loads as fastjson_loads
 from rmqgate.wire.frame import decode_frame
 from rmqgate.wire.message import (
     PROPERTY_KEYS,
@@ -186,25 +186,7 @@ def broker_names_from_routes(route_bodies: Iterable[bytes]) -> dict[str, str]:
     """Original broker address -> broker name, from recorded GET_ROUTEINFO_BY_TOPIC response bodies."""
     out: dict[str, str] = {}
     for body in route_bodies:
-        try:
-            data = fastjson_loads(bytes(body).decode("utf-8"))
-        except Exception:
-            continue
-        for bd in data.get("brokerDatas") or ():
-            for addr in (bd.get("brokerAddrs") or {}).values():
-                out[str(addr)] = str(bd.get("brokerName"))
-    return out
-
-
-def masters_from_cluster_info(body: bytes) -> dict[str, str]:
-    """Broker name -> master address, from a GET_BROKER_CLUSTER_INFO response body."""
-    data = fastjson_loads(bytes(body).decode("utf-8"))
-    out: dict[str, str] = {}
-    for name, bd in (data.get("brokerAddrTable") or {}).items():
-        addrs = bd.get("brokerAddrs") or {}
-        master = addrs.get("0") or addrs.get(0)
-        if master:
-            out[str(name)] = str(master)
+        out.update(broker_addresses(bytes(body)))
     return out
 
 

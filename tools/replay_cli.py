@@ -16,13 +16,17 @@ from rmqgate.tools.replay import Outcome, ReplayOptions, replay_file
 from rmqgate.wire.codes import request_name
 
 
-def parse_speed(value: str) -> float | None:
-    if value.lower() in ("max", "inf", "0"):
+def parse_speed(text: str) -> float | None:
+    """``max`` (or inf, 0): as fast as the target answers; else a positive factor (``2`` or ``2x``)."""
+    if text.lower() in ("max", "inf", "0"):
         return None
-    speed = float(value)
-    if speed <= 0:
-        raise argparse.ArgumentTypeError("speed must be > 0 or 'max'")
-    return speed
+    try:
+        value = float(text.rstrip("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"speed must be a positive number or 'max', not {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError("speed must be positive (or 'max')")
+    return value
 
 
 def parse_connections(value: str) -> int | None:
