@@ -37,9 +37,20 @@ from rmqgate.wire.headers import (
 
 if TYPE_CHECKING:
     from rmqgate.server.broker import BrokerController
+    from rmqgate.server.consumer import ClientChannelInfo
 
 R = RequestCode
 _LANG = {int(lang): lang.name for lang in LanguageCode}
+
+
+def _connection(info: ClientChannelInfo) -> dict[str, Any]:
+    """One entry of a ConsumerConnection / ProducerConnection body's connectionSet."""
+    return {
+        "clientAddr": info.channel.remote_addr,
+        "clientId": info.client_id,
+        "language": _LANG.get(info.language, "OTHER"),
+        "version": info.version,
+    }
 
 
 def _mq(topic: str, broker_name: str, queue_id: int) -> ObjectKey:
@@ -238,15 +249,7 @@ class AdminBrokerProcessor(RequestProcessor):
                 ResponseCode.CONSUMER_NOT_ONLINE, f"the consumer group[{h.consumer_group}] not online"
             )
         body = {
-            "connectionSet": [
-                {
-                    "clientAddr": info.channel.remote_addr,
-                    "clientId": info.client_id,
-                    "language": _LANG.get(info.language, "OTHER"),
-                    "version": info.version,
-                }
-                for info in cgi.channels.values()
-            ],
+            "connectionSet": [_connection(info) for info in cgi.channels.values()],
             "consumeFromWhere": cgi.consume_from_where,
             "consumeType": cgi.consume_type,
             "messageModel": cgi.message_model,
@@ -261,17 +264,7 @@ class AdminBrokerProcessor(RequestProcessor):
             return req.response(
                 ResponseCode.SYSTEM_ERROR, f"the producer group[{h.producer_group}] not exist"
             )
-        body = {
-            "connectionSet": [
-                {
-                    "clientAddr": info.channel.remote_addr,
-                    "clientId": info.client_id,
-                    "language": _LANG.get(info.language, "OTHER"),
-                    "version": info.version,
-                }
-                for info in channels.values()
-            ]
-        }
+        body = {"connectionSet": [_connection(info) for info in channels.values()]}
         return req.response(ResponseCode.SUCCESS, body=dumpb(body))
 
     def call_consumer(self, channel: Channel, req: RemotingCommand) -> Any:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from rmqgate.server.jsonbody import dumpb, loads_object
 from rmqgate.server.remoting import Channel, RequestProcessor
 from rmqgate.server.topics import PERM_RW, RETRY_GROUP_TOPIC_PREFIX, TOPIC_SYS_FLAG_UNIT_SUB
+from rmqgate.wire.bodies import CONSUME_FROM_WHERE, CONSUME_TYPE, MESSAGE_MODEL
 from rmqgate.wire.codes import RequestCode, ResponseCode
 from rmqgate.wire.command import RemotingCommand
 from rmqgate.wire.errors import BodyError
@@ -28,16 +29,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("rmqgate.server.consumer")
 
-CONSUME_TYPES = ("CONSUME_ACTIVELY", "CONSUME_PASSIVELY")
-MESSAGE_MODELS = ("BROADCASTING", "CLUSTERING")
-CONSUME_FROM_WHERE = (
-    "CONSUME_FROM_LAST_OFFSET",
-    "CONSUME_FROM_LAST_OFFSET_AND_FROM_MIN_WHEN_BOOT_FIRST",
-    "CONSUME_FROM_MIN_OFFSET",
-    "CONSUME_FROM_MAX_OFFSET",
-    "CONSUME_FROM_FIRST_OFFSET",
-    "CONSUME_FROM_TIMESTAMP",
-)
 SUB_ALL = "*"
 REBALANCE_LOCK_MAX_LIVE_TIME = 60.0
 
@@ -333,8 +324,8 @@ class ClientManageProcessor(RequestProcessor):
             broker.consumers.register(
                 group,
                 ClientChannelInfo(*info_args),
-                enum_name(cd.get("consumeType"), CONSUME_TYPES, "CONSUME_PASSIVELY"),
-                enum_name(cd.get("messageModel"), MESSAGE_MODELS, "CLUSTERING"),
+                enum_name(cd.get("consumeType"), CONSUME_TYPE, "CONSUME_PASSIVELY"),
+                enum_name(cd.get("messageModel"), MESSAGE_MODEL, "CLUSTERING"),
                 enum_name(cd.get("consumeFromWhere"), CONSUME_FROM_WHERE, "CONSUME_FROM_LAST_OFFSET"),
                 subs,
                 notify and broker.config.notifyConsumerIdsChangedEnable,

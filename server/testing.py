@@ -5,10 +5,16 @@ from __future__ import annotations
 import asyncio
 import functools
 import os
+import time
 from collections.abc import Callable, Coroutine
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rmqgate.wire import RemotingCommand
+from rmqgate.wire.message import MessageExt, decode_message
+
+if TYPE_CHECKING:
+    from rmqgate.server.broker import BrokerController
+    from rmqgate.server.config import BrokerConfig
 
 
 def async_test(fn: Callable[..., Coroutine[Any, Any, None]]) -> Callable[..., None]:
@@ -34,3 +40,30 @@ def pcap_requests(path: str | os.PathLike[str], code: int | None = None) -> list
         if cmd is not None and not cmd.is_response and (code is None or cmd.code == code):
             out.append(cmd)
     return out
+
+
+def small_store(config: BrokerConfig, root: str | os.PathLike[str]) -> BrokerConfig:
+    """``config`` on a real store in ``root`` with small segments (tests roll files cheaply)."""
+    config.storePathRootDir = str(root)
+    config.mappedFileSizeCommitLog = 1 << 20
+    config.mappedFileSizeConsumeQueue = 6000
+    config.maxHashSlotNum = 5000
+    config.maxIndexNum = 20000
+    return config
+
+
+def stored(broker: BrokerController, topic: str, queue_id: int = 0) -> list[MessageExt]:
+    """Every message of one queue, as the broker's store holds it."""
+    got = broker.store.get_messages(topic, queue_id, 0, 1000)
+    return [decode_message(bytes(b), 0) for b in got.buffers]
+
+
+async def wait_for(predicate: Callable[[], Any], timeout: float = 10.0) -> Any:
+    """Poll ``predicate`` until it returns something true (returned); AssertionError after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        await asyncio.sleep(0.02)
+    raise AssertionError("condition not met in time")

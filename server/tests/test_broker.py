@@ -16,7 +16,7 @@ import pytest
 from rmqgate.server.broker import BrokerController
 from rmqgate.server.client import RemotingClient
 from rmqgate.server.config import BrokerConfig
-from rmqgate.server.testing import async_test
+from rmqgate.server.testing import async_test, small_store
 from rmqgate.store.api import open_store
 from rmqgate.wire import RemotingCommand, ResponseCode, SerializeType
 from rmqgate.wire.codes import RequestCode as R
@@ -37,11 +37,7 @@ def Broker(tmp_path: Path):
 class _Broker:
     def __init__(self, root: str, **overrides: object) -> None:
         self.config = BrokerConfig(brokerName="broker-t", listenPort=0, brokerIP1="127.0.0.1", **overrides)  # type: ignore[arg-type]
-        self.config.storePathRootDir = root
-        self.config.mappedFileSizeCommitLog = 1 << 20
-        self.config.mappedFileSizeConsumeQueue = 6000
-        self.config.maxHashSlotNum = 5000
-        self.config.maxIndexNum = 20000
+        small_store(self.config, root)
         self.store = open_store(self.config.store_config())
         self.broker = BrokerController(self.config, self.store, listen_host="127.0.0.1", scan_interval=0.1)
 

@@ -10,7 +10,7 @@ from rmqgate.server.broker import BrokerController
 from rmqgate.server.client import RemotingClient
 from rmqgate.server.config import BrokerConfig, load_broker_conf
 from rmqgate.server.locks import lock_max_live_time
-from rmqgate.server.testing import async_test
+from rmqgate.server.testing import async_test, small_store
 from rmqgate.wire import RemotingCommand
 from rmqgate.wire.codes import RequestCode as R
 
@@ -21,11 +21,7 @@ def make_broker(root: Path, conf: str = "") -> BrokerController:
     config = load_broker_conf(
         str(path), BrokerConfig(brokerName="broker-l", listenPort=0, brokerIP1="127.0.0.1")
     )
-    config.storePathRootDir = str(root)
-    config.mappedFileSizeCommitLog = 1 << 20
-    config.mappedFileSizeConsumeQueue = 6000
-    config.maxHashSlotNum = 5000
-    config.maxIndexNum = 20000
+    small_store(config, root)
     return BrokerController(config, listen_host="127.0.0.1", scan_interval=0.1)
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -13,22 +12,18 @@ from rmqgate.server.broker import BrokerController
 from rmqgate.server.client import RemotingClient
 from rmqgate.server.config import BrokerConfig, load_broker_conf
 from rmqgate.server.schedule import parse_delay_levels, timeup_message
-from rmqgate.server.testing import async_test
+from rmqgate.server.testing import async_test, small_store, stored, wait_for
 from rmqgate.store.api import SCHEDULE_TOPIC
 from rmqgate.wire import RemotingCommand, ResponseCode
 from rmqgate.wire.codes import RequestCode as R
-from rmqgate.wire.message import MessageExt, decode_message, format_properties
+from rmqgate.wire.message import MessageExt, format_properties
 
 LEVELS = "1s 2s 3s"
 
 
 def make_broker(root: Path, levels: str = LEVELS) -> BrokerController:
     config = BrokerConfig(brokerName="broker-d", listenPort=0, brokerIP1="127.0.0.1")
-    config.storePathRootDir = str(root)
-    config.mappedFileSizeCommitLog = 1 << 20
-    config.mappedFileSizeConsumeQueue = 6000
-    config.maxHashSlotNum = 5000
-    config.maxIndexNum = 20000
+    small_store(config, root)
     config.messageDelayLevel = levels
     return BrokerController(config, listen_host="127.0.0.1", scan_interval=0.1)
 
@@ -41,21 +36,6 @@ def delayed(topic: str, level: int | str, body: bytes, queue_id: int = 2) -> Rem
         "k": "false", "m": "false",
     }  # fmt: skip
     return RemotingCommand.request(R.SEND_MESSAGE_V2, ext, body)
-
-
-def stored(broker: BrokerController, topic: str, queue_id: int) -> list[MessageExt]:
-    got = broker.store.get_messages(topic, queue_id, 0, 1000)
-    return [decode_message(bytes(b), 0) for b in got.buffers]
-
-
-async def wait_for(predicate: Any, timeout: float = 10.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        await asyncio.sleep(0.02)
-    raise AssertionError("condition not met in time")
 
 
 def test_parse_delay_levels() -> None:

@@ -2,28 +2,22 @@
 
 from __future__ import annotations
 
-import asyncio
-import time
 from pathlib import Path
 from typing import Any
 
 from rmqgate.server.broker import BrokerController
 from rmqgate.server.client import RemotingClient
 from rmqgate.server.config import BrokerConfig
-from rmqgate.server.testing import async_test
+from rmqgate.server.testing import async_test, small_store, stored, wait_for
 from rmqgate.store.api import SCHEDULE_TOPIC
 from rmqgate.wire import RemotingCommand, ResponseCode
 from rmqgate.wire.codes import RequestCode as R
-from rmqgate.wire.message import MessageExt, decode_message, decode_offset_msg_id, format_properties
+from rmqgate.wire.message import decode_offset_msg_id, format_properties
 
 
 def make_broker(root: Path, **overrides: Any) -> BrokerController:
     config = BrokerConfig(brokerName="broker-r", listenPort=0, brokerIP1="127.0.0.1")
-    config.storePathRootDir = str(root)
-    config.mappedFileSizeCommitLog = 1 << 20
-    config.mappedFileSizeConsumeQueue = 6000
-    config.maxHashSlotNum = 5000
-    config.maxIndexNum = 20000
+    small_store(config, root)
     config.messageDelayLevel = " ".join(["1s"] * 18)
     for key, value in overrides.items():
         setattr(config, key, value)
@@ -53,21 +47,6 @@ def send_back(
     if max_times is not None:
         ext["maxReconsumeTimes"] = str(max_times)
     return RemotingCommand.request(R.CONSUMER_SEND_MSG_BACK, ext, **kw)
-
-
-def stored(broker: BrokerController, topic: str, queue_id: int = 0) -> list[MessageExt]:
-    got = broker.store.get_messages(topic, queue_id, 0, 1000)
-    return [decode_message(bytes(b), 0) for b in got.buffers]
-
-
-async def wait_for(predicate: Any, timeout: float = 10.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        await asyncio.sleep(0.02)
-    raise AssertionError("condition not met in time")
 
 
 @async_test

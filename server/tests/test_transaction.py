@@ -16,7 +16,7 @@ from typing import Any
 from rmqgate.server.broker import BrokerController
 from rmqgate.server.client import RemotingClient
 from rmqgate.server.config import BrokerConfig
-from rmqgate.server.testing import async_test
+from rmqgate.server.testing import async_test, small_store, stored, wait_for
 from rmqgate.server.topics import (
     RMQ_SYS_TRANS_CHECK_MAX_TIME_TOPIC,
     RMQ_SYS_TRANS_HALF_TOPIC,
@@ -38,11 +38,7 @@ COMMIT, ROLLBACK, UNKNOWN = 8, 12, 0
 
 def make_broker(root: Path, **overrides: Any) -> BrokerController:
     config = BrokerConfig(brokerName="broker-tx", listenPort=0, brokerIP1="127.0.0.1")
-    config.storePathRootDir = str(root)
-    config.mappedFileSizeCommitLog = 1 << 20
-    config.mappedFileSizeConsumeQueue = 6000
-    config.maxHashSlotNum = 5000
-    config.maxIndexNum = 20000
+    small_store(config, root)
     config.transactionCheckInterval = 3_600_000  # passes only when a test runs one
     for key, value in overrides.items():
         setattr(config, key, value)
@@ -108,21 +104,6 @@ async def heartbeat(c: RemotingClient, client_id: str, group: str) -> None:
         {"clientID": client_id, "consumerDataSet": [], "producerDataSet": [{"groupName": group}]}
     ).encode()
     assert (await c.invoke(RemotingCommand.request(R.HEART_BEAT, {}, body))).code == 0
-
-
-def stored(broker: BrokerController, topic: str, queue_id: int = 0) -> list[Any]:
-    got = broker.store.get_messages(topic, queue_id, 0, 1000)
-    return [decode_message(bytes(b), 0) for b in got.buffers]
-
-
-async def wait_for(predicate: Any, timeout: float = 10.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        await asyncio.sleep(0.02)
-    raise AssertionError("condition not met in time")
 
 
 @async_test
