@@ -81,38 +81,41 @@ class IndexFile:
         leaves at worst unlinked entries (their message is re-indexed on recovery), never a slot
         pointing past index_count."""
         count = self.index_count
-        n = min(len(key_hashes), self.index_num - count)
-        if n <= 0:
-            return 0
+        n = len(key_hashes)
+        if n > self.index_num - count:
+            n = self.index_num - count
+            if n <= 0:
+                return 0
+            key_hashes = key_hashes[:n]
         buf = self.buf
         slots = self.hash_slot_num
-        entries_pos = self.entries_pos
         begin = self.begin_timestamp
         diff = 0 if begin <= 0 else min(max((store_timestamp - begin) // 1000, 0), _INT_MAX)
         linked: dict[int, int] = {}  # slot position -> index number, for this message's entries
-        for i in range(n):
-            key_hash = key_hashes[i]
-            slot_pos = INDEX_HEADER_SIZE + (key_hash % slots) * 4
+        idx = count
+        pos = self.entries_pos + count * 20
+        for key_hash in key_hashes:
+            slot_pos = INDEX_HEADER_SIZE + key_hash % slots * 4
             prev = linked.get(slot_pos)
             if prev is None:
-                (prev,) = _slot_unpack(buf, slot_pos)
+                prev = _slot_unpack(buf, slot_pos)[0]
                 if prev <= 0 or prev > count:
                     prev = 0
-            idx = count + i
-            _entry_pack(buf, entries_pos + idx * 20, key_hash, phy_offset, diff, prev)
+            _entry_pack(buf, pos, key_hash, phy_offset, diff, prev)
             linked[slot_pos] = idx
             if idx <= 1:  # the file's first entry sets begin_timestamp: later ones are relative to it
                 diff = 0
-        if count <= 1:
-            self.begin_phy_offset = phy_offset
-            self.begin_timestamp = store_timestamp
+                self.begin_phy_offset = phy_offset
+                self.begin_timestamp = store_timestamp
+            idx += 1
+            pos += 20
         self.hash_slot_count += n
-        self.index_count = count + n
+        self.index_count = idx
         self.end_phy_offset = phy_offset
         self.end_timestamp = store_timestamp
         self._write_header()
-        for slot_pos, idx in linked.items():
-            _slot_pack(buf, slot_pos, idx)
+        for slot_pos, i in linked.items():
+            _slot_pack(buf, slot_pos, i)
         return n
 
     def is_time_matched(self, begin: int, end: int) -> bool:
@@ -163,7 +166,7 @@ class IndexService:
         self._java_hash = key_hash
         # java_string_hash takes the hash of a prefix as seed: "topic#" is hashed once per topic
         self._chains = key_hash is java_string_hash
-        self._topic_seeds: dict[str, int] = {}
+        self._topic_seeds: dict[str, tuple[int, dict[str, int]]] = {}
         self.files: list[IndexFile] = []
         self._lock = threading.Lock()
 
@@ -209,28 +212,24 @@ class IndexService:
     def build_index(
         self, topic: str, keys: str | None, uniq_key: str | None, phy_offset: int, store_timestamp: int
     ) -> None:
-        f = self._last_file()
+        files = self.files
+        f = files[-1] if files else None
+        if f is None or f.index_count >= f.index_num:
+            f = self._last_file()
         if phy_offset < f.end_phy_offset:
             # already indexed (re-dispatch after recovery); the message at end_phy_offset itself may
             # have only part of its keys in a kept file, so it is indexed again (queries dedupe)
             return
-        hashes: list[int] = []
-        if self._chains:  # hash "topic#" once per topic, then only each key
-            seed = self._topic_seeds.get(topic)
-            if seed is None:
-                if len(self._topic_seeds) >= 4096:
-                    self._topic_seeds.clear()
-                seed = self._topic_seeds[topic] = self._java_hash(topic + "#")
-            java_hash = self._java_hash
+        if self._chains:
+            hashes = []
             if uniq_key:
-                h = java_hash(uniq_key, seed)
-                hashes.append(0 if h == -0x80000000 else abs(h))
+                hashes.append(self._topic_key_hash(topic, uniq_key))
             if keys:
                 for k in keys.split(" "):
                     if k:
-                        h = java_hash(k, seed)
-                        hashes.append(0 if h == -0x80000000 else abs(h))
+                        hashes.append(self._topic_key_hash(topic, k))
         else:
+            hashes = []
             if uniq_key:
                 hashes.append(self.key_hash(f"{topic}#{uniq_key}"))
             if keys:
@@ -241,6 +240,28 @@ class IndexService:
                 return
             del hashes[:done]
             f = self._last_file()
+
+    def _topic_key_hash(self, topic: str, key: str) -> int:
+        """``key_hash(topic + "#" + key)`` from cached seeds: the hash of "topic#" and of "topic#" plus
+        all but the last 12 characters of long keys (ids such as UNIQ_KEY share long prefixes: a
+        producer's address and pid), so mostly only a key's tail is hashed."""
+        seeds = self._topic_seeds.get(topic)
+        if seeds is None:
+            if len(self._topic_seeds) >= 1024:
+                self._topic_seeds.clear()
+            seeds = self._topic_seeds[topic] = (self._java_hash(topic + "#"), {})
+        seed, heads = seeds
+        if len(key) > 16:
+            head = key[:-12]
+            hseed = heads.get(head)
+            if hseed is None:
+                if len(heads) >= 1024:
+                    heads.clear()
+                hseed = heads[head] = self._java_hash(head, seed)
+            h = self._java_hash(key[-12:], hseed)
+        else:
+            h = self._java_hash(key, seed)
+        return 0 if h == -0x80000000 else abs(h)
 
     def query_offset(
         self, topic: str, key: str, max_num: int, begin: int, end: int

@@ -47,14 +47,15 @@ def test_chains_collisions_and_rollover(tmp_path: Path) -> None:
 def test_keys_of_one_message_written_together_equal_one_by_one(tmp_path: Path) -> None:
     """build_index writes a message's entries, then the header, then the slots; the bytes must be
     those of putting each key alone (same-slot keys of one message chain to each other)."""
-    together = IndexService(tmp_path / "a", 3, 8, java_string_hash)
-    alone = IndexService(tmp_path / "b", 3, 8, java_string_hash)
+    together = IndexService(tmp_path / "a", 3, 9, java_string_hash)
+    alone = IndexService(tmp_path / "b", 3, 9, java_string_hash)
     ts = 1_700_000_000_000
     for i in range(12):
-        keys = f"k{i} k{i + 1} k{i % 2} x"
-        together.build_index("T", keys, f"U{i}", 100 + i, ts + i * 1500)
+        keys = f"k{i} k{i + 1} k{i % 2} x order-{i % 3:020d}-é"
+        uniq = f"7F00000100012A9F{i:016X}"  # long ids: hashed from cached seeds of their heads
+        together.build_index("T", keys, uniq, 100 + i, ts + i * 1500)
         f = alone._last_file()
-        for k in [f"U{i}", *keys.split(" ")]:
+        for k in [uniq, *keys.split(" ")]:
             while not f.put_key(alone.key_hash(f"T#{k}"), 100 + i, ts + i * 1500):
                 f = alone._last_file()
     assert len(together.files) == len(alone.files) > 2
