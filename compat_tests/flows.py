@@ -13,14 +13,17 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from rmqgate.compat_tests.drivers import NODE_DIR, DriverError, client_target, node_binary
+from rmqgate.compat_tests.servers import free_port, port_open
 from rmqgate.compat_tests.wire_client import WireClient, wait_until
 
 CLIENTS_DIR = Path(__file__).resolve().parent / "clients"
@@ -46,20 +49,6 @@ transactionCheckMax = 5
 messageDelayLevel = {DELAY_LEVELS}
 rocketmq.broker.rebalance.lockMaxLiveTime = 60000
 """
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _port_open(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-            return True
-    except OSError:
-        return False
 
 
 class FeatureServer:
@@ -108,8 +97,8 @@ class FeatureServer:
                 raise RuntimeError(f"rmqgate serve exited with {self.proc.returncode}:\n{self.log_tail()}")
             if (
                 b"rmqgate ready" in self.log_path.read_bytes()
-                and _port_open(self.namesrv_port)
-                and _port_open(self.broker_port)
+                and port_open(self.namesrv_port)
+                and port_open(self.broker_port)
             ):
                 break
             time.sleep(0.1)
@@ -176,6 +165,27 @@ def kill_all() -> None:
     """Kill the drivers still running (a test that failed before collecting them)."""
     while _LIVE:
         _LIVE[-1].kill()
+
+
+@pytest.fixture(autouse=True)
+def no_leftover_clients() -> Iterator[None]:
+    """Kills the client drivers a test left running (autouse in the test modules that import it)."""
+    yield
+    kill_all()
+
+
+def feature_server_fixture(name: str) -> Any:
+    """A module-scoped ``flow_server`` fixture: one FeatureServer in a temp dir called ``name``."""
+
+    @pytest.fixture(scope="module")
+    def flow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FeatureServer]:
+        server = FeatureServer(tmp_path_factory.mktemp(name)).start()
+        try:
+            yield server
+        finally:
+            server.stop()
+
+    return flow_server
 
 
 class Background:

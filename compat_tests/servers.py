@@ -38,7 +38,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _port_open(port: int) -> bool:
+def port_open(port: int) -> bool:
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=0.5):
             return True
@@ -139,7 +139,7 @@ class ServerProcess:
                 raise RuntimeError(
                     f"rmqgate serve exited with {self.proc.returncode}:\n{log_tail(self.log_path)}"
                 )
-            if b"rmqgate ready" in self.log_path.read_bytes() and all(_port_open(p) for p in ports):
+            if b"rmqgate ready" in self.log_path.read_bytes() and all(port_open(p) for p in ports):
                 return
             time.sleep(0.1)
         raise RuntimeError(f"rmqgate serve not ready after {timeout} s:\n{log_tail(self.log_path)}")

@@ -12,13 +12,19 @@ Runs against its own `rmqgate serve --conf` (compat_tests/flows.py FEATURE_CONF:
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from rmqgate.compat_tests.flows import FeatureServer, cpp_flow, cpp_produce, kill_all, node_flow
+from rmqgate.compat_tests.flows import (
+    FeatureServer,
+    cpp_flow,
+    cpp_produce,
+    feature_server_fixture,
+    no_leftover_clients,  # noqa: F401 - autouse fixture
+    node_flow,
+)
 from rmqgate.compat_tests.wire_client import WireClient, stored_messages, wait_until
 
 pytestmark = pytest.mark.slow
@@ -29,19 +35,7 @@ DELAY_S = 2.0
 WINDOW = (DELAY_S - 0.05, DELAY_S + 2.5)
 
 
-@pytest.fixture(autouse=True)
-def _no_leftover_clients() -> Iterator[None]:
-    yield
-    kill_all()
-
-
-@pytest.fixture(scope="module")
-def flow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FeatureServer]:
-    server = FeatureServer(tmp_path_factory.mktemp("delay")).start()
-    try:
-        yield server
-    finally:
-        server.stop()
+flow_server = feature_server_fixture("delay")
 
 
 def stored(server: FeatureServer, topic: str, queues: int = 4) -> list[Any]:

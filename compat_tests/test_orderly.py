@@ -14,13 +14,18 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from rmqgate.compat_tests.flows import FeatureServer, cpp_flow, cpp_produce, kill_all
+from rmqgate.compat_tests.flows import (
+    FeatureServer,
+    cpp_flow,
+    cpp_produce,
+    feature_server_fixture,
+    no_leftover_clients,  # noqa: F401 - autouse fixture
+)
 from rmqgate.compat_tests.wire_client import WireClient, dumps, loads, wait_until
 from rmqgate.wire.codes import RequestCode
 
@@ -29,19 +34,7 @@ pytestmark = pytest.mark.slow
 KEYS = [0, 1, 2, 3, 4, 5]  # hashing selector: key % 4 queues -> queues 0,1,2,3,0,1
 
 
-@pytest.fixture(autouse=True)
-def _no_leftover_clients() -> Iterator[None]:
-    yield
-    kill_all()
-
-
-@pytest.fixture(scope="module")
-def flow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FeatureServer]:
-    server = FeatureServer(tmp_path_factory.mktemp("orderly")).start()
-    try:
-        yield server
-    finally:
-        server.stop()
+flow_server = feature_server_fixture("orderly")
 
 
 def lock_body(group: str, client_id: str, topic: str, broker_name: str, queues: list[int]) -> bytes:

@@ -13,13 +13,19 @@ is 1 s). %RETRY%<group> is created before a client starts so its first route loo
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from rmqgate.compat_tests.flows import FeatureServer, cpp_flow, cpp_produce, kill_all, node_flow
+from rmqgate.compat_tests.flows import (
+    FeatureServer,
+    cpp_flow,
+    cpp_produce,
+    feature_server_fixture,
+    no_leftover_clients,  # noqa: F401 - autouse fixture
+    node_flow,
+)
 from rmqgate.compat_tests.wire_client import WireClient, stored_messages, wait_until
 from rmqgate.wire.codes import RequestCode, ResponseCode
 from rmqgate.wire.message import decode_offset_msg_id
@@ -27,19 +33,7 @@ from rmqgate.wire.message import decode_offset_msg_id
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(autouse=True)
-def _no_leftover_clients() -> Iterator[None]:
-    yield
-    kill_all()
-
-
-@pytest.fixture(scope="module")
-def flow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FeatureServer]:
-    server = FeatureServer(tmp_path_factory.mktemp("retry")).start()
-    try:
-        yield server
-    finally:
-        server.stop()
+flow_server = feature_server_fixture("retry")
 
 
 def dead_letters(server: FeatureServer, group: str) -> list[Any]:

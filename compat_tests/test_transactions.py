@@ -12,13 +12,17 @@ Runs against its own `rmqgate serve --conf` (compat_tests/flows.py FEATURE_CONF:
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from rmqgate.compat_tests.flows import FeatureServer, kill_all, tx_produce
+from rmqgate.compat_tests.flows import (
+    FeatureServer,
+    feature_server_fixture,
+    no_leftover_clients,  # noqa: F401 - autouse fixture
+    tx_produce,
+)
 from rmqgate.compat_tests.wire_client import (
     PULL_SUBSCRIPTION,
     WireClient,
@@ -35,19 +39,7 @@ PREPARED = 0x4
 COMMIT, ROLLBACK, UNKNOWN = 0x8, 0xC, 0x0
 
 
-@pytest.fixture(autouse=True)
-def _no_leftover_clients() -> Iterator[None]:
-    yield
-    kill_all()
-
-
-@pytest.fixture(scope="module")
-def flow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FeatureServer]:
-    server = FeatureServer(tmp_path_factory.mktemp("tx")).start()
-    try:
-        yield server
-    finally:
-        server.stop()
+flow_server = feature_server_fixture("tx")
 
 
 def bodies(server: FeatureServer, topic: str, queues: int = 4) -> list[str]:

@@ -13,7 +13,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -173,29 +173,43 @@ async def _record(namesrv: str, path: Path, session) -> RecordingProxy:
     return proxy
 
 
+def _record_then_replay(
+    tmp_path: Path, capture: Path, session: Callable[[str], None]
+) -> tuple[RecordingProxy, dict]:
+    """Record ``session`` through the proxy on a fresh rmqgate, then replay it on another fresh one."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    first = Rmqgate(tmp_path / "a")
+    try:
+        first.wait_ready()
+        proxy = asyncio.run(_record(first.namesrv, capture, session))
+    finally:
+        first.stop()
+    second = Rmqgate(tmp_path / "b")
+    try:
+        second.wait_ready()
+        report, _ = asyncio.run(replay_file(capture, second.namesrv, ReplayOptions(speed=1.0)))
+    finally:
+        second.stop()
+    return proxy, report
+
+
 @pytest.mark.slow
 def test_cpp_client_through_proxy_then_replay(tmp_path: Path) -> None:
     home = tmp_path / "home"
     home.mkdir()
     capture = tmp_path / "cpp.rmqcap"
     topic, group = "ReplayCppTopic", "ReplayCppGroup"
-    first_dir = tmp_path / "a"
-    first_dir.mkdir()
-    first = Rmqgate(first_dir)
-    try:
-        first.wait_ready()
 
-        def session(addr: str) -> None:
-            sent = _run_cpp({"scenario": "produce", "namesrv": addr, "group": "PG_" + group, "topic": topic,
-                             "count": 5, "mode": "sync"}, home)  # fmt: skip
-            assert len(sent["results"]) == 5 and not sent["errors"], sent
-            got = _run_cpp({"scenario": "push_consume", "namesrv": addr, "group": group, "topic": topic,
-                            "expect": 5, "wait_s": 30, "linger_s": 1.0}, home)  # fmt: skip
-            assert len(got["received"]) >= 5, got
+    def session(addr: str) -> None:
+        sent = _run_cpp({"scenario": "produce", "namesrv": addr, "group": "PG_" + group, "topic": topic,
+                         "count": 5, "mode": "sync"}, home)  # fmt: skip
+        assert len(sent["results"]) == 5 and not sent["errors"], sent
+        got = _run_cpp({"scenario": "push_consume", "namesrv": addr, "group": group, "topic": topic,
+                        "expect": 5, "wait_s": 30, "linger_s": 1.0}, home)  # fmt: skip
+        assert len(got["received"]) >= 5, got
 
-        proxy = asyncio.run(_record(first.namesrv, capture, session))
-    finally:
-        first.stop()
+    proxy, report = _record_then_replay(tmp_path, capture, session)
     assert proxy.stats.rewritten > 0 and proxy.broker_ports
     recs = list(read_capture(capture))
     requests = [decode_frame(r.data) for r in recs if r.kind == Kind.FRAME and r.direction == Direction.C2S]
@@ -205,14 +219,6 @@ def test_cpp_client_through_proxy_then_replay(tmp_path: Path) -> None:
         RequestCode.SEND_MESSAGE_V2,
         RequestCode.PULL_MESSAGE,
     } <= codes
-    second_dir = tmp_path / "b"
-    second_dir.mkdir()
-    second = Rmqgate(second_dir)
-    try:
-        second.wait_ready()
-        report, _ = asyncio.run(replay_file(capture, second.namesrv, ReplayOptions(speed=1.0)))
-    finally:
-        second.stop()
     assert report["errors"] == 0, report["error_kinds"]
     assert report["mismatches"] == 0, report["mismatch_details"]
     assert report["by_code"]["SEND_MESSAGE_V2"]["responses"].get("SUCCESS", 0) >= 5
@@ -258,33 +264,18 @@ def test_ali_ons_through_proxy_then_replay(tmp_path: Path) -> None:
     home.mkdir()
     capture = tmp_path / "ons.rmqcap"
     topic, group = "ReplayOnsTopic", "ReplayOnsGroup"
-    first_dir = tmp_path / "a"
-    first_dir.mkdir()
-    first = Rmqgate(first_dir)
-    try:
-        first.wait_ready()
 
-        def session(addr: str) -> None:
-            # the proxy opens its broker listener when a cluster/route answer names the broker
-            broker = next(iter(asyncio.run(discover_brokers(addr)).values()))
-            sent = run_node("produce.js", {"namesrv": addr, "broker": broker, "topic": topic, "group": "PG_ons",
-                                           "create": True, "queues": 4, "count": 6}, home)  # fmt: skip
-            assert [r["sendStatus"] for r in sent["results"]] == ["SEND_OK"] * 6, sent
-            got = run_node("consume.js", {"namesrv": addr, "topic": topic, "group": group, "expect": 6,
-                                          "lingerMs": 1000, "timeoutMs": 60000}, home, timeout=90)  # fmt: skip
-            assert len(got["received"]) >= 6, got
+    def session(addr: str) -> None:
+        # the proxy opens its broker listener when a cluster/route answer names the broker
+        broker = next(iter(asyncio.run(discover_brokers(addr)).values()))
+        sent = run_node("produce.js", {"namesrv": addr, "broker": broker, "topic": topic, "group": "PG_ons",
+                                       "create": True, "queues": 4, "count": 6}, home)  # fmt: skip
+        assert [r["sendStatus"] for r in sent["results"]] == ["SEND_OK"] * 6, sent
+        got = run_node("consume.js", {"namesrv": addr, "topic": topic, "group": group, "expect": 6,
+                                      "lingerMs": 1000, "timeoutMs": 60000}, home, timeout=90)  # fmt: skip
+        assert len(got["received"]) >= 6, got
 
-        asyncio.run(_record(first.namesrv, capture, session))
-    finally:
-        first.stop()
-    second_dir = tmp_path / "b"
-    second_dir.mkdir()
-    second = Rmqgate(second_dir)
-    try:
-        second.wait_ready()
-        report, _ = asyncio.run(replay_file(capture, second.namesrv, ReplayOptions(speed=1.0)))
-    finally:
-        second.stop()
+    _, report = _record_then_replay(tmp_path, capture, session)
     assert report["errors"] == 0, report["error_kinds"]
     assert report["mismatches"] == 0, report["mismatch_details"]
     assert report["by_code"]["SEND_MESSAGE_V2"]["responses"] == {"SUCCESS": 6}
