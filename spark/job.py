@@ -31,10 +31,10 @@ from rmqgate.spark.executor import OUTCOME_DDL, ReplayUnit, run_task
 from rmqgate.spark.frames import FRAME_COLUMNS, FRAME_DDL, rows_from_bytes
 from rmqgate.spark.plan import (
     SEND_CODES,
+    broker_name_of,
     broker_names_from_routes,
     message_count,
     planned_connection,
-    resolve_targets,
     role_of,
     route_bodies_from_rows,
 )
@@ -333,13 +333,17 @@ def run_job(spark: Any, opts: JobOptions) -> dict[str, Any]:
             .collect()
         )
     )
-    mapped = {addr: opts.broker_map.get(name, name) for addr, name in names.items()}
-    targets = resolve_targets(
-        [(role, server) for server, role in roles.items()], mapped, masters, opts.target
-    )
-    unroutable = sorted(s for s, a in targets.items() if not a)
-    if unroutable:
-        _say(opts, f"warning: no target broker for {', '.join(unroutable)} (target brokers: {masters})")
+    unmatched = []
+    for server, role in sorted(roles.items()):
+        name = broker_name_of(server, names)
+        if role == "broker" and opts.broker_map.get(name or "", name) not in masters:
+            unmatched.append(f"{server} ({name or 'name unknown'})")
+    if unmatched and masters:  # the engine sends them to the first target broker by name
+        _say(
+            opts,
+            f"warning: the target has no broker for {', '.join(unmatched)}; replayed on "
+            f"{sorted(masters)[0]} (target brokers: {masters})",
+        )
     partitions = max(1, opts.partitions or sc.defaultParallelism)
     assign = assign_partitions(weights, partitions)
     ingest_s = time.perf_counter() - t

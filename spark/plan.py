@@ -163,12 +163,11 @@ def planned_connection(
     if role == "broker-self":
         return None
     server = _get(rows[0], "server")
-    names = broker_names or {}
     pc = PlannedConnection(
         conn_id,
         Role.NAMESRV if role == "namesrv" else Role.BROKER,
         server,
-        names.get(server) or names.get(_vip_partner(server)),
+        broker_name_of(server, broker_names or {}),
     )
     frames = (
         (_get(r, "ts") - t0, _get(r, "direction") == "c2s", bytes(_get(r, "raw")))
@@ -199,29 +198,9 @@ def _vip_partner(addr: str) -> str:
         return addr
 
 
-def resolve_targets(
-    servers: Iterable[tuple[str, str]],
-    names: Mapping[str, str],
-    masters: Mapping[str, str],
-    namesrv: str,
-) -> dict[str, str]:
-    """Original server address -> target address for every (role, server) the plan connects to.
-
-    Broker connections go to the target master with the same broker name; when the capture's broker
-    name is unknown to the target (or was never seen in a route) and the target has exactly one
-    broker, that one. Unresolvable brokers map to "" (their requests fail as unroutable).
-    """
-    out: dict[str, str] = {}
-    only = next(iter(masters.values())) if len(masters) == 1 else ""
-    for role, server in servers:
-        if role == "namesrv":
-            out[server] = namesrv
-            continue
-        name = names.get(server) or names.get(_vip_partner(server))
-        out[server] = masters.get(name, "") if name else ""
-        if not out[server]:
-            out[server] = only
-    return out
+def broker_name_of(server: str, names: Mapping[str, str]) -> str | None:
+    """The recorded name of the broker at ``server`` (its main or its VIP channel port), if known."""
+    return names.get(server) or names.get(_vip_partner(server))
 
 
 def route_bodies_from_rows(rows: Iterable[Any]) -> list[bytes]:

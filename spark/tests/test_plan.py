@@ -9,11 +9,11 @@ from pathlib import Path
 from rmqgate.spark.frames import rows_from_bytes, rows_from_path
 from rmqgate.spark.job import assign_partitions
 from rmqgate.spark.plan import (
+    broker_name_of,
     broker_names_from_routes,
     clone_uniq_key,
     message_count,
     planned_connection,
-    resolve_targets,
     route_bodies_from_rows,
 )
 from rmqgate.tools.capture import Role
@@ -166,19 +166,17 @@ def test_clone_uniq_key_shape() -> None:
     assert clone_uniq_key("odd", 3) == "odd-3"
 
 
-def test_targets_by_broker_name_vip_port_and_single_broker_fallback(corpus: Path) -> None:
+def test_broker_names_by_main_and_vip_port(corpus: Path) -> None:
     rows = rows_from_path(str(corpus / "pcap" / "a_SyncSendPushConsume.pcap"))
     names = broker_names_from_routes(route_bodies_from_rows(rows))
     assert names == {"127.0.0.1:10911": "broker-a"}
-    servers = [("namesrv", "127.0.0.1:9876"), ("broker", "127.0.0.1:10911"), ("broker", "127.0.0.1:10909")]
-    two = {"broker-a": "10.0.0.1:1", "broker-b": "10.0.0.2:1"}
-    assert resolve_targets(servers, names, two, "ns:1") == {
-        "127.0.0.1:9876": "ns:1",
-        "127.0.0.1:10911": "10.0.0.1:1",
-        "127.0.0.1:10909": "10.0.0.1:1",  # the VIP channel (listenPort - 2) of broker-a
-    }
-    assert resolve_targets(servers, names, {"other": "10.0.0.9:1"}, "ns:1")["127.0.0.1:10911"] == "10.0.0.9:1"
-    assert resolve_targets(servers, names, {"x": "a:1", "y": "b:1"}, "ns:1")["127.0.0.1:10911"] == ""
+    assert broker_name_of("127.0.0.1:10911", names) == "broker-a"
+    assert broker_name_of("127.0.0.1:10909", names) == "broker-a"  # the VIP channel (listenPort - 2)
+    assert broker_name_of("127.0.0.1:9876", names) is None
+    t0 = min(r["ts"] for r in rows)
+    plans = [p for i, rs in enumerate(_by_conn(rows)) if (p := planned_connection(rs, t0, 0, i, names))]
+    assert {p.broker_name for p in plans if p.role == Role.BROKER} == {"broker-a"}
+    assert {p.broker_name for p in plans if p.role == Role.NAMESRV} == {None}
 
 
 def test_assign_partitions_balances_request_counts() -> None:
