@@ -680,7 +680,13 @@ class DefaultMessageStore:
             try:
                 if f is None:
                     f = self._writable_file(0)
-                n = self._encode_at(msg, f, max_size)
+                at = f.wrote_position
+                msg.commit_log_offset = f.file_from_offset + at
+                # leave room for the BLANK record; never write a record over the size limit
+                limit = f.file_size - END_FILE_MIN_BLANK_LENGTH
+                if limit > at + max_size + 4096:
+                    limit = at + max_size + 4096
+                n = encode_message_into(msg, f.buf, at, limit)
                 if n < 0 and -n <= max_size + 4096:  # no room left in this segment: BLANK, next one
                     f = self._writable_file(-n)
                     n = self._encode_at(msg, f, max_size)
@@ -700,7 +706,10 @@ class DefaultMessageStore:
             self._last_store_ts = store_ts
             keys = props.get(PROPERTY_KEYS)
             uniq = props.get(PROPERTY_UNIQ_KEY)
-            tcode = self._tags_code(topic, props, store_ts)
+            if topic == SCHEDULE_TOPIC:
+                tcode = self._tags_code(topic, props, store_ts)
+            else:
+                tcode = tags_code(props.get(PROPERTY_TAGS))
             try:
                 if counted:
                     cq = self.consume_queues.get(key) or self.find_consume_queue(topic, queue_id)

@@ -545,9 +545,15 @@ def _record_parts(msg: MessageExt) -> tuple[int, int, int, bytes, bytes]:
     """Validate ``msg`` for encoding: (total size, magic, body CRC, topic bytes, properties bytes)."""
     sys_flag = msg.sys_flag
     hf = sys_flag & _HOST_FLAGS
+    raw = msg.properties_raw
     try:
         topic = msg.topic.encode()
-        props = _properties_text(msg.properties, msg.properties_raw).encode()
+        if raw is None:  # format_properties, inlined for the put path
+            props = PROPERTY_SEPARATOR.join(
+                [f"{k}{NAME_VALUE_SEPARATOR}{v}" for k, v in msg.properties.items() if v is not None]
+            ).encode()
+        else:
+            props = _properties_text(msg.properties, raw).encode()
     except UnicodeEncodeError as exc:
         raise MessageFormatError(f"topic or properties cannot be encoded as UTF-8: {exc}") from None
     topic_len = len(topic)
@@ -626,14 +632,33 @@ def encode_message_into(msg: MessageExt, buf: bytearray | memoryview, pos: int, 
     end = pos + total
     if end > limit:
         return -total
+    body = msg.body
     fixed = _FIXED[msg.sys_flag & _HOST_FLAGS]
-    values = _fixed_values(msg, 0, magic, crc)
     try:
-        fixed.pack_into(buf, pos, *values)
+        fixed.pack_into(
+            buf,
+            pos,
+            0,  # TOTALSIZE: written last
+            magic,
+            crc,
+            msg.queue_id,
+            msg.flag,
+            msg.queue_offset,
+            msg.commit_log_offset,
+            msg.sys_flag,
+            msg.born_timestamp,
+            msg.born_host,
+            msg.born_port,
+            msg.store_timestamp,
+            msg.store_host,
+            msg.store_port,
+            msg.reconsume_times,
+            msg.prepared_transaction_offset,
+            len(body),
+        )
     except struct.error as exc:
         raise MessageFormatError(f"message field out of range: {exc}") from None
     at = pos + fixed.size
-    body = msg.body
     at2 = at + len(body)
     buf[at:at2] = body
     topic_prefix = _TOPIC_LENGTH[magic]
