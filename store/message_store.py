@@ -166,6 +166,15 @@ class _FlushService(threading.Thread):
         self._requests: list[tuple[int, Any, float, asyncio.AbstractEventLoop | None]] = []
         self._stopped = False
         self.flush_count = 0
+        # Pipelining (SYNC_FLUSH from event loops): the group-commit thread needs the GIL to start an
+        # fsync, and a loop putting for many writers holds it until all of them are waiting, so the
+        # fsync would never overlap their puts. Once half as many requests as were in flight at the
+        # last commit are pending, the putting thread yields the GIL once (sleep(0)): the waiting
+        # flush thread takes them and fsyncs (GIL released) while the other half keeps putting.
+        self._idle = False  # the group-commit thread waits for requests
+        self._in_flight = 0  # submitted, not yet answered
+        self._in_flight_max = 0  # since the last commit
+        self._peak = 0  # in flight at the last commit: about how many writers are waiting
 
     def submit(self, next_offset: int) -> Future[PutMessageStatus] | asyncio.Future[PutMessageStatus]:
         """A future resolved once the CommitLog is flushed past ``next_offset``. Called from a thread
@@ -176,7 +185,15 @@ class _FlushService(threading.Thread):
         deadline = time.monotonic() + self.store.config.sync_flush_timeout / 1000
         with self._cond:
             self._requests.append((next_offset, fut, deadline, loop))
-            self._cond.notify()
+            n = self._in_flight = self._in_flight + 1
+            if n > self._in_flight_max:
+                self._in_flight_max = n
+            idle = self._idle
+            if idle:
+                self._cond.notify()
+            handoff = idle and loop is not None and 2 * len(self._requests) >= self._peak
+        if handoff:
+            time.sleep(0)  # releases the GIL: the notified flush thread takes it (see __init__)
         return fut
 
     def stop(self) -> None:
@@ -204,9 +221,13 @@ class _FlushService(threading.Thread):
         while True:
             with self._cond:
                 while not self._requests and not self._stopped:
+                    self._idle = True
                     self._cond.wait()
+                self._idle = False
                 reqs, self._requests = self._requests, []
                 stopped = self._stopped
+                self._peak = self._in_flight_max
+                self._in_flight_max = self._in_flight
             if reqs:
                 target = max(r[0] for r in reqs)
                 flushed = self._flush()
@@ -221,6 +242,8 @@ class _FlushService(threading.Thread):
                         fut.set_result(status)
                     else:
                         by_loop.setdefault(loop, []).append((fut, status))
+                with self._cond:
+                    self._in_flight -= len(reqs)
                 for loop, done in by_loop.items():
                     try:
                         loop.call_soon_threadsafe(_resolve_all, done)
