@@ -354,6 +354,7 @@ class DefaultMessageStore:
         self._msg_id_prefix = (-1, "")
         self._store_v6 = addr.version == 6
         self._put_lock = threading.Lock()
+        self._clean_lock = threading.Lock()
         self._listeners: list[ArrivalListener] = []
         self._valid_topics: set[str] = set()
         self._logics_error = False  # a dispatch failed: refuse writes (RocketMQ's makeLogicsQueueError)
@@ -1098,6 +1099,12 @@ class DefaultMessageStore:
         """``CleanCommitLogService`` + ``CleanConsumeQueueService``: delete CommitLog segments older than
         ``file_reserved_time`` when it is time (``delete_when`` hour, disk over ratio, or ``force``), then
         the ConsumeQueue/index files that only point below the new min offset."""
+        # one cleanup at a time (the service thread, admin requests): each decides from a snapshot
+        # how many leading files to delete, and two of them would delete twice as many
+        with self._clean_lock:
+            return self._clean_expired_files(force, now_ms)
+
+    def _clean_expired_files(self, force: bool, now_ms: int | None) -> int:
         cfg = self.config
         now = _now_ms() if now_ms is None else now_ms
         hour = time.localtime(now / 1000).tm_hour
