@@ -21,6 +21,7 @@ from typing import Any
 from rmqgate.wire.codes import LanguageCode, RequestCode, SerializeType
 from rmqgate.wire.command import RemotingCommand
 from rmqgate.wire.frame import FrameDecoder, encode_frame
+from rmqgate.wire.headers import SendMessageRequestHeader
 
 _opaques = itertools.count(1)
 
@@ -473,22 +474,8 @@ class WireClient:
         return self.invoke(RequestCode.HEART_BEAT, body=heartbeat_body(client_id, **body_kw))
 
 
-V2_ALIASES = {
-    "producerGroup": "a",
-    "topic": "b",
-    "defaultTopic": "c",
-    "defaultTopicQueueNums": "d",
-    "queueId": "e",
-    "sysFlag": "f",
-    "bornTimestamp": "g",
-    "flag": "h",
-    "properties": "i",
-    "reconsumeTimes": "j",
-    "unitMode": "k",
-    "maxReconsumeTimes": "l",
-    "batch": "m",
-    "bname": "n",
-}
+#: SEND_MESSAGE_V2 one-letter aliases, from the one declaration in rmqgate.wire.headers.
+V2_ALIASES = {f.wire: f.alias for f in SendMessageRequestHeader.FIELDS if f.alias}
 
 
 def _ext_str(value: Any) -> str:

@@ -51,20 +51,17 @@ def import_config(meta: LmdbMetaStore, config_dir: Path) -> dict[str, int]:
     """Load whatever of the four files exists into the metadata store (replacing each table)."""
     d = Path(config_dir)
     counts: dict[str, int] = {}
-    data = _read(d / TOPICS_JSON)
-    if data is not None:
-        table = data.get("topicConfigTable") or {}
-        meta.put_many(TOPICS, dict(table), replace=True)
-        if "dataVersion" in data:
-            meta.set_data_version(TOPICS, data["dataVersion"])
-        counts[TOPICS_JSON] = len(table)
-    data = _read(d / SUBSCRIPTION_GROUP_JSON)
-    if data is not None:
-        table = data.get("subscriptionGroupTable") or {}
-        meta.put_many(SUBSCRIPTION_GROUPS, dict(table), replace=True)
-        if "dataVersion" in data:
-            meta.set_data_version(SUBSCRIPTION_GROUPS, data["dataVersion"])
-        counts[SUBSCRIPTION_GROUP_JSON] = len(table)
+    for file_name, table_name, key in (
+        (TOPICS_JSON, TOPICS, "topicConfigTable"),
+        (SUBSCRIPTION_GROUP_JSON, SUBSCRIPTION_GROUPS, "subscriptionGroupTable"),
+    ):
+        data = _read(d / file_name)
+        if data is not None:
+            table = data.get(key) or {}
+            meta.put_many(table_name, dict(table), replace=True)
+            if "dataVersion" in data:
+                meta.set_data_version(table_name, data["dataVersion"])
+            counts[file_name] = len(table)
     data = _read(d / CONSUMER_OFFSET_JSON)
     if data is not None:
         table = data.get("offsetTable") or {}
