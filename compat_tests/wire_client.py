@@ -21,6 +21,7 @@ from typing import Any
 from rmqgate.wire.codes import LanguageCode, RequestCode, SerializeType
 from rmqgate.wire.command import RemotingCommand
 from rmqgate.wire.frame import FrameDecoder, encode_frame
+from rmqgate.wire.header import format_value
 from rmqgate.wire.headers import SendMessageRequestHeader
 
 _opaques = itertools.count(1)
@@ -254,7 +255,7 @@ class WireClient:
         remark: str | None = None,
         opaque: int | None = None,
     ) -> RemotingCommand:
-        fields = None if ext is None else {k: _ext_str(v) for k, v in ext.items() if v is not None}
+        fields = None if ext is None else {k: format_value(v) for k, v in ext.items() if v is not None}
         return RemotingCommand.request(
             code,
             fields,
@@ -476,14 +477,6 @@ class WireClient:
 
 #: SEND_MESSAGE_V2 one-letter aliases, from the one declaration in rmqgate.wire.headers.
 V2_ALIASES = {f.wire: f.alias for f in SendMessageRequestHeader.FIELDS if f.alias}
-
-
-def _ext_str(value: Any) -> str:
-    if value is True:
-        return "true"
-    if value is False:
-        return "false"
-    return str(value)
 
 
 def route_broker_addrs(route_body: bytes) -> dict[str, str]:
