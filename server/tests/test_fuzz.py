@@ -277,10 +277,11 @@ def test_fuzzed_requests_get_an_answer(server: tuple[ServerThread, _Failures], c
 @FUZZ
 @given(header=st.binary(max_size=200), ser=st.sampled_from([0, 1, 2, 255]), body=st.binary(max_size=50))
 def test_fuzzed_headers(server: tuple[ServerThread, _Failures], header: bytes, ser: int, body: bytes) -> None:
-    srv, _ = server
+    srv, failures = server
     frame = struct.pack(">iI", 4 + len(header) + len(body), (ser << 24) | len(header)) + header + body
     for port in srv.ports.values():
         fire(port, frame)
+    assert not [r for r in failures.records if "processor failed" in r.getMessage()]
     healthy(srv)
 
 
@@ -300,7 +301,7 @@ def test_fuzzed_json_headers(server: tuple[ServerThread, _Failures], header: dic
 
 
 def test_random_bytes_bounded_run(server: tuple[ServerThread, _Failures]) -> None:
-    srv, _ = server
+    srv, failures = server
     rng = random.Random(4)
     for i in range(200):
         size = rng.choice([1, 3, 8, 17, 64, 500, 4000])
@@ -313,6 +314,7 @@ def test_random_bytes_bounded_run(server: tuple[ServerThread, _Failures]) -> Non
                 + data
             )
         fire(srv.ports["broker" if i % 2 else "namesrv"], data, 0.05)
+    assert not [r for r in failures.records if "processor failed" in r.getMessage()]
     healthy(srv)
 
 
