@@ -51,6 +51,10 @@ class StoreConfig:
     max_hash_slot_num: int = 5_000_000
     max_index_num: int = 5_000_000 * 4
     message_index_enable: bool = True
+    # rmqgate: build the index in a process of its own (RocketMQ's reput thread, on another core);
+    # only with the store's services running, else inline with each put
+    index_dispatch_process: bool = True
+    index_query_wait: int = 3000  # ms a query waits for the index to cover what was committed
     flush_disk_type: str = ASYNC_FLUSH
     flush_interval_commitlog: int = 500  # ms
     flush_commitlog_least_pages: int = 4

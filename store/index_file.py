@@ -24,14 +24,20 @@ def index_file_name(ms: int) -> str:
 
 
 class IndexFile:
-    def __init__(self, path: Path, hash_slot_num: int, index_num: int) -> None:
+    def __init__(self, path: Path, hash_slot_num: int, index_num: int, *, create: bool = True) -> None:
         self.hash_slot_num = hash_slot_num
         self.index_num = index_num
         self.entries_pos = INDEX_HEADER_SIZE + hash_slot_num * INDEX_SLOT.size
         size = self.entries_pos + index_num * INDEX_ENTRY.size
-        self._file = MappedFile(path, size, keep_fd=False)  # name: creation time, 17 digits
-        # (a file of another size was written with other maxHashSlotNum/maxIndexNum: MappedFile refuses it)
+        # name: creation time, 17 digits. A file of another size was written with other
+        # maxHashSlotNum/maxIndexNum: MappedFile refuses it.
+        self._file = MappedFile(path, size, create=create, keep_fd=False)
         self.buf = self._file.buf
+        self.reload_header()
+        self.flushed_count = self.index_count
+
+    def reload_header(self) -> None:
+        """Read the header (another process may be writing this file)."""
         (
             self.begin_timestamp,
             self.end_timestamp,
@@ -42,7 +48,6 @@ class IndexFile:
         ) = INDEX_HEADER.unpack_from(self.buf, 0)
         if self.index_count <= 0:
             self.index_count = 1  # index numbers start at 1; 0 marks an empty slot / end of chain
-        self.flushed_count = self.index_count
 
     @property
     def path(self) -> Path:
@@ -152,8 +157,84 @@ class IndexFile:
             self._write_header()
         self._file.close()
 
+    def close_readonly(self) -> None:
+        """Unmap without writing (a reader must not write back a header it read earlier)."""
+        self._file.close()
+
     def destroy(self) -> None:
         self._file.destroy()
+
+
+def query_files(
+    files: Sequence[IndexFile], key_hash: int, max_num: int, begin: int, end: int
+) -> tuple[list[int], int, int]:
+    """CommitLog offsets of the entries for ``key_hash`` stored in [begin, end], newest file first;
+    also the newest file's end timestamp and end offset (``QueryMessageResult``'s index fields)."""
+    out: list[int] = []
+    last_ts = last_phy = 0
+    for i in range(len(files) - 1, -1, -1):
+        f = files[i]
+        if i == len(files) - 1:
+            last_ts, last_phy = f.end_timestamp, f.end_phy_offset
+        if f.is_time_matched(begin, end):
+            f.select_phy_offsets(out, key_hash, max_num, begin, end)
+        if f.begin_timestamp < begin or len(out) >= max_num:
+            break
+    if len(out) > 1:
+        out = list(dict.fromkeys(out))
+    return out, last_ts, last_phy
+
+
+def index_key_hash(key: str) -> int:
+    """``indexKeyHashMethod``: abs(String.hashCode), MIN_VALUE -> 0."""
+    h = java_string_hash(key)
+    return 0 if h == -0x80000000 else abs(h)
+
+
+class IndexReader:
+    """Queries over index files another process writes: the directory is listed and each header
+    re-read per query; files are mapped once and dropped when they disappear."""
+
+    def __init__(self, root: Path, hash_slot_num: int, index_num: int) -> None:
+        self.dir = Path(root)
+        self.hash_slot_num = hash_slot_num
+        self.index_num = index_num
+        self._files: dict[str, IndexFile] = {}
+        self._lock = threading.Lock()
+
+    def _refresh(self) -> list[IndexFile]:
+        try:
+            names = sorted(p.name for p in self.dir.iterdir() if p.name.isdigit())
+        except FileNotFoundError:
+            names = []
+        for gone in self._files.keys() - set(names):
+            self._files.pop(gone).close_readonly()
+        out = []
+        for name in names:
+            f = self._files.get(name)
+            if f is None:
+                try:
+                    f = IndexFile(self.dir / name, self.hash_slot_num, self.index_num, create=False)
+                except (FileNotFoundError, ValueError):  # deleted meanwhile / not ours
+                    continue
+                self._files[name] = f
+            else:
+                f.reload_header()
+            out.append(f)
+        return out
+
+    def query_offset(
+        self, topic: str, key: str, max_num: int, begin: int, end: int
+    ) -> tuple[list[int], int, int]:
+        with self._lock:
+            files = self._refresh()
+            return query_files(files, index_key_hash(f"{topic}#{key}"), max_num, begin, end)
+
+    def close(self) -> None:
+        with self._lock:
+            for f in self._files.values():
+                f.close_readonly()
+            self._files.clear()
 
 
 class IndexService:
@@ -266,21 +347,7 @@ class IndexService:
     def query_offset(
         self, topic: str, key: str, max_num: int, begin: int, end: int
     ) -> tuple[list[int], int, int]:
-        out: list[int] = []
-        last_ts = last_phy = 0
-        h = self.key_hash(f"{topic}#{key}")
-        files = list(self.files)
-        for i in range(len(files) - 1, -1, -1):
-            f = files[i]
-            if i == len(files) - 1:
-                last_ts, last_phy = f.end_timestamp, f.end_phy_offset
-            if f.is_time_matched(begin, end):
-                f.select_phy_offsets(out, h, max_num, begin, end)
-            if f.begin_timestamp < begin or len(out) >= max_num:
-                break
-        if len(out) > 1:
-            out = list(dict.fromkeys(out))
-        return out, last_ts, last_phy
+        return query_files(list(self.files), self.key_hash(f"{topic}#{key}"), max_num, begin, end)
 
     def flush(self) -> int:
         """Flush every index file; returns the end timestamp now safe on disk (for the checkpoint)."""

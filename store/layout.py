@@ -5,6 +5,8 @@ Declared once in construct (PROTOCOL.md §4.8/§4.9); hot paths use the derived 
 
 from __future__ import annotations
 
+import struct
+
 from construct import Int32sb, Int64sb, Padding, Struct
 
 from rmqgate.wire.layout import fixed_struct
@@ -58,3 +60,31 @@ INDEX_ENTRY = fixed_struct(IndexEntry)
 CHECKPOINT = fixed_struct(Checkpoint)
 BLANK = fixed_struct(BlankRecord)
 BLANK_MIN_LENGTH = BLANK.size
+
+#: ``index.dispatch`` at the store root (rmqgate's own, not a RocketMQ file): the page shared by the
+#: store process and its index dispatch process. The store publishes how far the CommitLog is written
+#: and asks for flushes and the stop; the dispatcher publishes how far it has indexed and flushed.
+IndexDispatchProgress = Struct(
+    "generation" / Int64sb,  # store: changes at every open; a dispatcher of another generation quits
+    "committed_offset" / Int64sb,  # store: every CommitLog byte below is a complete record
+    "min_phy_offset" / Int64sb,  # store: CommitLog min offset (index files wholly below it expire)
+    "flush_request" / Int64sb,  # store: bumped to ask for an index flush
+    "stop" / Int64sb,  # store: 1 = index up to committed_offset, flush, exit
+    "indexed_offset" / Int64sb,  # dispatcher: every record below is indexed
+    "flushed_timestamp" / Int64sb,  # dispatcher: store time of the newest record indexed and flushed
+    "flushed_request" / Int64sb,  # dispatcher: the flush_request the last flush answered
+)
+INDEX_DISPATCH_PROGRESS = fixed_struct(IndexDispatchProgress)
+
+
+def field_structs(con: Struct) -> dict[str, tuple[int, struct.Struct]]:
+    """Byte position and ``struct.Struct`` of each fixed-width field of a declaration."""
+    out: dict[str, tuple[int, struct.Struct]] = {}
+    pos = 0
+    for sub in con.subcons:
+        out[sub.name] = (pos, struct.Struct(sub.subcon.fmtstr))
+        pos += sub.sizeof()
+    return out
+
+
+INDEX_DISPATCH_FIELDS = field_structs(IndexDispatchProgress)

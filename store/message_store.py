@@ -1,7 +1,9 @@
 """DefaultMessageStore: CommitLog append + dispatch, reads, flush services, recovery, expiry cleanup.
 
-One lock serialises appends and their dispatch to ConsumeQueue/IndexFile (RocketMQ's reput, done
-inline so a message is readable when ``put_message`` returns). A flush thread fsyncs the CommitLog
+One lock serialises appends and their dispatch to the ConsumeQueue (RocketMQ's reput, done inline so
+a message is readable when ``put_message`` returns). With the services running the IndexFile is built
+by a dispatcher process following the CommitLog (``index_dispatch``); without, inline too. A flush
+thread fsyncs the CommitLog
 (interval or group commit); a service thread flushes ConsumeQueues/index/checkpoint, persists
 consumer offsets and deletes expired segments. Records are copied into the mmap with their
 TOTALSIZE written last, so a process killed mid-copy leaves nothing that recovery could take for
@@ -41,7 +43,8 @@ from rmqgate.store.api import (
 from rmqgate.store.checkpoint import StoreCheckpoint
 from rmqgate.store.config_io import import_config
 from rmqgate.store.consume_queue import ConsumeQueue
-from rmqgate.store.index_file import IndexService
+from rmqgate.store.index_dispatch import PROGRESS_FILE, DispatcherArgs, DispatchProgress, IndexDispatchProcess
+from rmqgate.store.index_file import IndexReader, IndexService
 from rmqgate.store.layout import CQ_UNIT, CQ_UNIT_SIZE
 from rmqgate.store.mapped_file import PAGE_SIZE, MappedFile, MappedFileQueue
 from rmqgate.store.meta import LmdbMetaStore
@@ -363,6 +366,12 @@ class DefaultMessageStore:
         self._shutdown = True
         self._physical_memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
         self.recovered_from = 0  # where the last recovery re-dispatched from (observable for tests)
+        # the index: built inline (self.index), or by a dispatcher process read through self._index_reader
+        self._index_inline = config.message_index_enable
+        self._index_process: IndexDispatchProcess | None = None
+        self._index_reader: IndexReader | None = None
+        self._index_writer_lock: DispatchProgress | None = None
+        self._committed_slot: tuple[Any, Any, int] | None = None  # (pack_into, page, position)
         self._flush_service: _FlushService | None = None
         self._service: _ServiceThread | None = None
 
@@ -370,7 +379,11 @@ class DefaultMessageStore:
     @classmethod
     def open(cls, config: StoreConfig, *, start_services: bool = True) -> DefaultMessageStore:
         store = cls(config)
+        in_process = start_services and config.message_index_enable and config.index_dispatch_process
+        store._index_inline = config.message_index_enable and not in_process
         try:
+            if store._index_inline:
+                store._take_index_writer_lock()
             store._load_and_recover()
         except BaseException:
             store._close_files()
@@ -384,7 +397,38 @@ class DefaultMessageStore:
             store._flush_service.start()
             store._service = _ServiceThread(store)
             store._service.start()
+        if in_process:
+            store._start_index_process()
         return store
+
+    def _take_index_writer_lock(self) -> None:
+        """Inline indexing: make a dispatcher left by an earlier open of this store quit, and wait."""
+        progress = DispatchProgress(self.root / PROGRESS_FILE)
+        progress.set("generation", time.time_ns())
+        if not progress.lock(time.monotonic() + 30):
+            progress.close()
+            raise RuntimeError(f"the index of {self.root} is being written by another process")
+        self._index_writer_lock = progress
+
+    def _start_index_process(self) -> None:
+        cfg = self.config
+        args = DispatcherArgs(
+            root=str(self.root),
+            hash_slot_num=cfg.max_hash_slot_num,
+            index_num=cfg.max_index_num,
+            commitlog_file_size=cfg.mapped_file_size_commitlog,
+            trusted=self.last_exit_ok or self.same_boot,
+            checkpoint_index_ts=self.checkpoint.index_msg_timestamp,
+            generation=time.time_ns(),
+            parent_pid=os.getpid(),
+            flush_interval_ms=cfg.flush_consume_queue_thorough_interval,
+        )
+        proc = IndexDispatchProcess(args)
+        proc.start(self.commitlog.get_max_offset(), self.commitlog.get_min_offset())
+        pack, pos = proc.progress.slot("committed_offset")
+        self._committed_slot = (pack, proc.progress.mm, pos)
+        self._index_reader = IndexReader(self.root / "index", cfg.max_hash_slot_num, cfg.max_index_num)
+        self._index_process = proc
 
     def shutdown(self) -> None:
         if self._shutdown:
@@ -397,11 +441,20 @@ class DefaultMessageStore:
             self._flush_service.stop()
         ts = self._last_store_ts
         self.commitlog.queue.flush()
-        self.flush_logics()
+        index_ts: int | None = ts
+        if self._index_process is not None:
+            index_ts = self._index_process.stop()  # it indexes what is committed, flushes, exits
+            self._index_process = None
+            self._committed_slot = None
+        for cq in self.consume_queues.values():
+            cq.flush(0)
+        if self._index_inline:
+            self.index.flush()
         if ts:
             self.checkpoint.physic_msg_timestamp = max(self.checkpoint.physic_msg_timestamp, ts)
             self.checkpoint.logics_msg_timestamp = max(self.checkpoint.logics_msg_timestamp, ts)
-            self.checkpoint.index_msg_timestamp = max(self.checkpoint.index_msg_timestamp, ts)
+        if index_ts:
+            self.checkpoint.index_msg_timestamp = max(self.checkpoint.index_msg_timestamp, index_ts)
         self.checkpoint.flush()
         self._close_files()
         self.abort_file.unlink(missing_ok=True)
@@ -414,6 +467,11 @@ class DefaultMessageStore:
         for cq in self.consume_queues.values():
             cq.close()
         self.index.close()
+        if self._index_reader is not None:
+            self._index_reader.close()
+        if self._index_writer_lock is not None:
+            self._index_writer_lock.close()
+            self._index_writer_lock = None
         self.checkpoint.close()
 
     # ------------------------------------------------------------------ recovery
@@ -432,8 +490,10 @@ class DefaultMessageStore:
                         )
                         cq.load()
                         self.consume_queues[(tdir.name, int(qdir.name))] = cq
-        index_rebuild_from = self.index.load(
-            self.last_exit_ok or self.same_boot, self.checkpoint.index_msg_timestamp
+        index_rebuild_from = (
+            self.index.load(self.last_exit_ok or self.same_boot, self.checkpoint.index_msg_timestamp)
+            if self._index_inline
+            else None  # the dispatcher process recovers its index files itself
         )
         for cq in self.consume_queues.values():
             cq.recover()
@@ -452,7 +512,7 @@ class DefaultMessageStore:
             reput_from = max([cq.max_physic_offset for cq in self.consume_queues.values()] + [min_phy])
         else:
             reput_from = files[start].file_from_offset if files else 0
-            if index_rebuild_from is not None and cfg.message_index_enable:
+            if index_rebuild_from is not None:
                 reput_from = min(reput_from, index_rebuild_from)
         self.recovered_from = reput_from
         self._reput(reput_from, end)
@@ -463,7 +523,7 @@ class DefaultMessageStore:
     def _abnormal_start_file(self, files: list[MappedFile]) -> int:
         """Newest segment whose first record is older than everything the checkpoint vouches for."""
         limit = self.checkpoint.min_timestamp()
-        if self.config.message_index_enable:
+        if self._index_inline:
             limit = min(limit, self.checkpoint.index_msg_timestamp)
         for i in range(len(files) - 1, -1, -1):
             try:
@@ -592,7 +652,7 @@ class DefaultMessageStore:
         tx = sys_flag & _TX_MASK
         if tx != _TX_PREPARED and tx != _TX_ROLLBACK:
             self.find_consume_queue(topic, queue_id).put(phys, size, tcode, queue_offset)
-        if self.config.message_index_enable and tx != _TX_ROLLBACK and (keys or uniq):
+        if self._index_inline and tx != _TX_ROLLBACK and (keys or uniq):
             self.index.build_index(topic, keys, uniq, phys, store_ts)
 
     def _check_topic(self, topic: str) -> bool:
@@ -725,6 +785,9 @@ class DefaultMessageStore:
             at = f.wrote_position
             phys = f.file_from_offset + at
             f.wrote_position = at + n
+            cs = self._committed_slot
+            if cs is not None:
+                cs[0](cs[1], cs[2], phys + n)
             if counted:
                 self.topic_queue_table[key] = qoff + 1
             self._last_store_ts = store_ts
@@ -738,7 +801,7 @@ class DefaultMessageStore:
                 if counted:
                     cq = self.consume_queues.get(key) or self.find_consume_queue(topic, queue_id)
                     cq.put(phys, n, tcode, qoff)
-                if self.config.message_index_enable and tx != _TX_ROLLBACK and (keys or uniq):
+                if self._index_inline and tx != _TX_ROLLBACK and (keys or uniq):
                     self.index.build_index(topic, keys, uniq, phys, store_ts)
             except OSError:
                 return self._dispatch_failed()
@@ -817,6 +880,9 @@ class DefaultMessageStore:
             view[at + 4 : at + n] = memoryview(blob)[4:]
             view[at : at + 4] = blob[:4]  # TOTALSIZE last: the batch becomes visible whole
             f.wrote_position = at + n
+            cs = self._committed_slot
+            if cs is not None:
+                cs[0](cs[1], cs[2], at + n + f.file_from_offset)
             self.topic_queue_table[key] = qoff
             self._last_store_ts = store_ts
             pos = 0
@@ -1039,7 +1105,17 @@ class DefaultMessageStore:
         self, topic: str, key: str, max_num: int, begin_timestamp: int = 0, end_timestamp: int = 1 << 62
     ) -> QueryResult:
         max_num = min(max_num, self.config.max_msgs_num_batch)
-        phys, last_ts, last_phy = self.index.query_offset(topic, key, max_num, begin_timestamp, end_timestamp)
+        proc, reader = self._index_process, self._index_reader
+        if proc is not None and reader is not None:
+            if not proc.wait_indexed(self.config.index_query_wait / 1000):
+                _log.warning(
+                    "index dispatch is %d bytes behind; the query may miss recent messages", proc.behind()
+                )
+            phys, last_ts, last_phy = reader.query_offset(topic, key, max_num, begin_timestamp, end_timestamp)
+        else:
+            phys, last_ts, last_phy = self.index.query_offset(
+                topic, key, max_num, begin_timestamp, end_timestamp
+            )
         result = QueryResult(index_last_update_timestamp=last_ts, index_last_update_phyoffset=last_phy)
         for p in phys:
             rec = self.select_one_message_by_offset(p)
@@ -1088,11 +1164,19 @@ class DefaultMessageStore:
         least = 0 if thorough else self.config.flush_consume_queue_least_pages
         for cq in list(self.consume_queues.values()):
             cq.flush(least)
+        proc = self._index_process
+        if proc is not None:
+            proc.ensure_running()
         if thorough:
-            self.index.flush()
             if ts:
                 self.checkpoint.logics_msg_timestamp = ts
-                self.checkpoint.index_msg_timestamp = ts
+            if proc is not None:
+                index_ts = proc.request_flush()  # the dispatcher's last flush; this asks for the next
+            else:
+                self.index.flush()
+                index_ts = ts
+            if index_ts:
+                self.checkpoint.index_msg_timestamp = index_ts
         self.checkpoint.flush()
 
     def clean_expired_files(self, *, force: bool = False, now_ms: int | None = None) -> int:
@@ -1125,7 +1209,10 @@ class DefaultMessageStore:
         min_phy = self.commitlog.get_min_offset()
         for cq in list(self.consume_queues.values()):
             cq.delete_expired_files(min_phy)
-        self.index.delete_expired(min_phy)
+        if self._index_process is not None:
+            self._index_process.progress.set("min_phy_offset", min_phy)
+        else:
+            self.index.delete_expired(min_phy)
         return deleted
 
     def runtime_info(self) -> dict[str, str]:
@@ -1134,7 +1221,7 @@ class DefaultMessageStore:
             "commitLogMinOffset": str(cl.get_min_offset()),
             "commitLogMaxOffset": str(cl.get_max_offset()),
             "commitLogDiskRatio": f"{_disk_ratio(self.root):.4f}",
-            "dispatchBehindBytes": "0",
+            "dispatchBehindBytes": str(self._index_process.behind() if self._index_process else 0),
             "putMessageEntireTimeMax": "0",
             "msgPutTotalTodayNow": "0",
             "earliestMessageTimeStamp": str(self._earliest_commitlog_time()),
