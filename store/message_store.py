@@ -76,6 +76,7 @@ from rmqgate.wire.message import (
 _TX_MASK = MessageSysFlag.TRANSACTION_MASK
 _TX_PREPARED = MessageSysFlag.TRANSACTION_PREPARED
 _TX_ROLLBACK = MessageSysFlag.TRANSACTION_ROLLBACK
+_STOREHOST_V6 = MessageSysFlag.STOREHOST_V6
 _unpack_prefix = RECORD_PREFIX.unpack_from
 _TS = struct.Struct(">q")  # STORETIMESTAMP, read at store_timestamp_pos(sysFlag)
 _CLEAN_FORCIBLY_RATIO = 85  # diskSpaceCleanForciblyRatio: delete regardless of age
@@ -355,7 +356,7 @@ class DefaultMessageStore:
         # offsetMsgId = hex(store host, port) + 16 hex digits of the CommitLog offset (the broker
         # may set config.store_port once it listens, so the prefix is keyed by the port)
         self._msg_id_prefix = (-1, "")
-        self._store_v6 = addr.version == 6
+        self._store_v6_flag = _STOREHOST_V6 if addr.version == 6 else 0
         self._put_lock = threading.Lock()
         self._clean_lock = threading.Lock()
         self._listeners: list[ArrivalListener] = []
@@ -677,24 +678,26 @@ class DefaultMessageStore:
         if msg.topic not in self._valid_topics and not self._check_topic(msg.topic):
             return PutMessageStatus.MESSAGE_ILLEGAL
         tx = msg.sys_flag & _TX_MASK
-        props = msg.properties
-        if tx != _TX_PREPARED and tx != _TX_ROLLBACK and msg.topic != SCHEDULE_TOPIC:
-            level = props.get(PROPERTY_DELAY_TIME_LEVEL)
-            if level and level.lstrip("-").isdigit() and int(level) > 0:
-                lvl = min(int(level), self.max_delay_level)
-                props[PROPERTY_DELAY_TIME_LEVEL] = str(lvl)
-                props[PROPERTY_REAL_TOPIC] = msg.topic
-                props[PROPERTY_REAL_QUEUE_ID] = str(msg.queue_id)
-                msg.properties_raw = None
-                msg.topic = SCHEDULE_TOPIC
-                msg.queue_id = lvl - 1
+        if tx != _TX_PREPARED and tx != _TX_ROLLBACK and PROPERTY_DELAY_TIME_LEVEL in msg.properties:
+            self._apply_delay_level(msg)
         msg.store_host = self._store_host
         msg.store_port = self.config.store_port
-        if self._store_v6:
-            msg.sys_flag |= MessageSysFlag.STOREHOST_V6
-        else:
-            msg.sys_flag &= ~MessageSysFlag.STOREHOST_V6
+        msg.sys_flag = (msg.sys_flag & ~_STOREHOST_V6) | self._store_v6_flag
         return None
+
+    def _apply_delay_level(self, msg: MessageExt) -> None:
+        """A DELAY level > 0 turns the message into one for SCHEDULE_TOPIC_XXXX queue level-1, the
+        real topic and queue kept in properties."""
+        props = msg.properties
+        level = props.get(PROPERTY_DELAY_TIME_LEVEL)
+        if msg.topic != SCHEDULE_TOPIC and level and level.lstrip("-").isdigit() and int(level) > 0:
+            lvl = min(int(level), self.max_delay_level)
+            props[PROPERTY_DELAY_TIME_LEVEL] = str(lvl)
+            props[PROPERTY_REAL_TOPIC] = msg.topic
+            props[PROPERTY_REAL_QUEUE_ID] = str(msg.queue_id)
+            msg.properties_raw = None
+            msg.topic = SCHEDULE_TOPIC
+            msg.queue_id = lvl - 1
 
     def _encode(self, msg: MessageExt) -> bytearray | PutMessageStatus:
         try:
@@ -740,18 +743,24 @@ class DefaultMessageStore:
     def put_message(self, msg: MessageExt) -> PutResult:
         """Append one message (the hot path of ``put_messages`` for a batch of one): the record is
         encoded straight into the mapped segment (TOTALSIZE last) and dispatched inline."""
-        bad = self._prepare(msg)
-        if bad is not None:
-            return PutResult(bad)
+        # _prepare, inlined
+        if self._shutdown or self._logics_error or self._disk_full:
+            return PutResult(PutMessageStatus.SERVICE_NOT_AVAILABLE)
+        if msg.topic not in self._valid_topics and not self._check_topic(msg.topic):
+            return PutResult(PutMessageStatus.MESSAGE_ILLEGAL)
+        props = msg.properties
+        tx = msg.sys_flag & _TX_MASK
+        counted = tx != _TX_PREPARED and tx != _TX_ROLLBACK
+        if counted and PROPERTY_DELAY_TIME_LEVEL in props:
+            self._apply_delay_level(msg)
+        msg.store_host = self._store_host
+        port = msg.store_port = self.config.store_port
+        sys_flag = msg.sys_flag = (msg.sys_flag & ~_STOREHOST_V6) | self._store_v6_flag
         max_size = self.config.max_message_size
         if len(msg.body) > max_size:
             return PutResult(PutMessageStatus.MESSAGE_ILLEGAL)
         topic, queue_id = msg.topic, msg.queue_id
         key = (topic, queue_id)
-        props = msg.properties
-        sys_flag = msg.sys_flag
-        tx = sys_flag & _TX_MASK
-        counted = tx != _TX_PREPARED and tx != _TX_ROLLBACK
         with self._put_lock:
             if self._shutdown:
                 return PutResult(PutMessageStatus.SERVICE_NOT_AVAILABLE)
@@ -791,12 +800,15 @@ class DefaultMessageStore:
             if counted:
                 self.topic_queue_table[key] = qoff + 1
             self._last_store_ts = store_ts
-            keys = props.get(PROPERTY_KEYS)
-            uniq = props.get(PROPERTY_UNIQ_KEY)
             if topic == SCHEDULE_TOPIC:
                 tcode = self._tags_code(topic, props, store_ts)
             else:
-                tcode = tags_code(props.get(PROPERTY_TAGS))
+                tags = props.get(PROPERTY_TAGS)
+                tcode = tags_code(tags) if tags else 0
+            listeners = self._listeners
+            if self._index_inline or listeners:
+                keys = props.get(PROPERTY_KEYS)
+                uniq = props.get(PROPERTY_UNIQ_KEY)
             try:
                 if counted:
                     cq = self.consume_queues.get(key) or self.find_consume_queue(topic, queue_id)
@@ -807,7 +819,7 @@ class DefaultMessageStore:
                 return self._dispatch_failed()
         fs = self._flush_service
         durable = fs.submit(phys + n) if fs is not None and fs.sync else None
-        if self._listeners:
+        if listeners:
             d = DispatchRequest(
                 topic,
                 queue_id,
@@ -821,11 +833,10 @@ class DefaultMessageStore:
                 sys_flag,
                 msg.prepared_transaction_offset,
             )
-            for listener in self._listeners:
+            for listener in listeners:
                 listener(d)
-        port, prefix = self._msg_id_prefix
-        if port != msg.store_port:
-            port = msg.store_port
+        prefix_port, prefix = self._msg_id_prefix
+        if prefix_port != port:
             prefix = encode_offset_msg_id(self._store_host, port, 0)[:-16]
             self._msg_id_prefix = (port, prefix)
         msg_id = prefix + f"{phys:016X}"
