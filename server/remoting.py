@@ -249,15 +249,19 @@ class Channel(asyncio.Protocol):
             result = processor.process(self, cmd)
         except Exception as exc:
             result = _system_error(cmd, exc)
+        kind = type(result)
+        if kind is bytes:  # a pre-encoded response frame (the send hot path)
+            if not cmd.flag & ONEWAY_FLAG:
+                if self._out is None and self.transport is not None and not self.closed:
+                    self.transport.write(result)
+                else:
+                    self._write(result)
+            return
         if result is None:
             return
-        if type(result) is RemotingCommand:
+        if kind is RemotingCommand:
             if not cmd.flag & ONEWAY_FLAG:
                 self.send_response(result)
-            return
-        if type(result) is bytes:  # a pre-encoded response frame (the send hot path)
-            if not cmd.flag & ONEWAY_FLAG:
-                self._write(result)
             return
         task = self._loop.create_task(self._finish(cmd, result))
         self._tasks.add(task)

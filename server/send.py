@@ -63,6 +63,7 @@ _BORN_V6 = MessageSysFlag.BORNHOST_V6
 _PUT_OK = PutMessageStatus.PUT_OK
 _randrange = random.randrange
 _pack_frame_prefix = FRAME_PREFIX.pack
+_JSON = int(SerializeType.JSON)
 
 _PUT_ERRORS: dict[PutMessageStatus, tuple[int, str]] = {
     PutMessageStatus.CREATE_MAPEDFILE_FAILED: (
@@ -132,7 +133,7 @@ class SendMessageProcessor(RequestProcessor):
             '{"code":0,"extFields":{"MSG_REGION":' + json.dumps(self.region, ensure_ascii=False).replace("%", "%%")
             + ',"TRACE_ON":"' + self.trace_on + '","msgId":"%s","queueId":"%d","queueOffset":"%d"},"flag":1,'
             '"language":"JAVA","opaque":%d,"serializeTypeCurrentRPC":"JSON","version":' + str(BROKER_VERSION) + "}"
-        )  # fmt: skip
+        ).encode()  # fmt: skip
 
     def process(self, channel: Channel, request: RemotingCommand) -> Any:
         ext = request.ext_fields
@@ -163,7 +164,7 @@ class SendMessageProcessor(RequestProcessor):
         topic = h.topic
         queue_id = h.queue_id
         write_nums = tc["writeQueueNums"]
-        if queue_id >= max(tc["readQueueNums"], write_nums):
+        if queue_id >= write_nums and queue_id >= tc["readQueueNums"]:
             return request.response(
                 ResponseCode.SYSTEM_ERROR,
                 f"request queueId[{queue_id}] is illegal, {topic_config_str(tc)} Producer: {channel.remote_addr}",
@@ -179,7 +180,7 @@ class SendMessageProcessor(RequestProcessor):
         sys_flag = h.sys_flag
         if tc.get("topicFilterType") == "MULTI_TAG":
             sys_flag |= _MULTI_TAGS
-        born_host, born_port, born_v6 = born_address(channel)
+        born_host, born_port, born_v6 = channel.attrs.get("born") or born_address(channel)
         sys_flag |= born_v6
         to_dlq = False
         if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
@@ -219,10 +220,10 @@ class SendMessageProcessor(RequestProcessor):
 
     def response(self, request: RemotingCommand, result: PutResult) -> RemotingCommand | bytes:
         status = result.status
-        if status is _PUT_OK and request.serialize_type == SerializeType.JSON:
+        if status is _PUT_OK and request.serialize_type == _JSON:
             # the common answer, encoded in one step: what encode_json_header writes for it
-            header = self._json_ok % (result.msg_id, result.queue_id, result.queue_offset, request.opaque)
-            head = header.encode()
+            msg_id = result.msg_id.encode()
+            head = self._json_ok % (msg_id, result.queue_id, result.queue_offset, request.opaque)
             return _pack_frame_prefix(4 + len(head), len(head)) + head
         code = _PUT_WITH_HEADER.get(status)
         if code is None:

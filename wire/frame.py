@@ -95,13 +95,17 @@ class FrameDecoder:
         decoded before it in ``exc.decoded``; later frames stay buffered for ``feed(b"")``.
         """
         buf = self._buffer
-        buf += data
+        if buf:
+            buf += data
+            src: bytes | bytearray = buf
+        else:  # the usual read: decode straight from ``data``, buffer only an incomplete tail
+            src = data if type(data) is bytes else bytes(data)
         pos = 0
-        end = len(buf)
+        end = len(src)
         out: list[RemotingCommand] = []
         try:
             while end - pos >= _PREFIX_SIZE:
-                length, word = _unpack_prefix(buf, pos)
+                length, word = _unpack_prefix(src, pos)
                 serialize_type, header_length = _check_envelope(length, word, self.max_frame_length)
                 frame_end = pos + length + 4
                 if end < frame_end:
@@ -109,15 +113,19 @@ class FrameDecoder:
                 start = pos + _PREFIX_SIZE
                 body_start = start + header_length
                 pos = frame_end
-                cmd = DECODERS[serialize_type](bytes(buf[start:body_start]))
+                cmd = DECODERS[serialize_type](src[start:body_start])
                 if frame_end > body_start:
-                    cmd.body = bytes(buf[body_start:frame_end])
+                    body = src[body_start:frame_end]
+                    cmd.body = body if src is not buf else bytes(body)
                 out.append(cmd)
         except (HeaderError, FrameError) as exc:
             exc.decoded = out  # type: ignore[attr-defined]
             raise
         finally:
-            del buf[:pos]
+            if src is buf:
+                del buf[:pos]
+            elif pos < end:
+                buf += memoryview(src)[pos:]
         return out
 
     def feed_raw(self, data: bytes | bytearray | memoryview) -> list[bytes]:

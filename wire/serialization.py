@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import json.scanner
 
 from rmqgate.wire.codes import LanguageCode, SerializeType
 from rmqgate.wire.command import RemotingCommand
@@ -19,7 +20,11 @@ _LANGUAGE_BY_NAME = {lang.name: int(lang) for lang in LanguageCode}
 _LANGUAGE_NAME = {int(lang): lang.name for lang in LanguageCode}
 _SERIALIZE_NAME = {int(t): t.name for t in SerializeType}
 
-_json_decode = json.JSONDecoder().decode
+_json_decoder = json.JSONDecoder()
+_json_decode = _json_decoder.decode
+# The decoder's C scanner called directly: a header is one object with no surrounding whitespace, so
+# ``decode``'s two whitespace matches and Python frames are skipped; anything else takes ``decode``.
+_scan_once = json.scanner.make_scanner(_json_decoder)
 _json_encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
 
@@ -36,25 +41,37 @@ def _ext_value(value: object) -> str:
     return _json_encode(value)
 
 
-def decode_json_header(data: bytes | bytearray | memoryview) -> RemotingCommand:
+def _parse_json(data: bytes | bytearray | memoryview) -> object:
     try:
-        header = _json_decode(str(data, "utf-8"))
+        text = str(data, "utf-8")
     except UnicodeDecodeError as exc:
         raise HeaderError(f"JSON header is not valid UTF-8: {exc.reason} at byte {exc.start}") from None
-    except ValueError as exc:
+    try:
+        header, end = _scan_once(text, 0)
+        if end == len(text):
+            return header
+    except (StopIteration, ValueError, RecursionError):
+        pass
+    try:  # whitespace, trailing data or an error: the full decoder (and its error message)
+        return _json_decode(text)
+    except (ValueError, RecursionError) as exc:
         raise HeaderError(f"JSON header does not parse: {exc}") from None
+
+
+def decode_json_header(data: bytes | bytearray | memoryview) -> RemotingCommand:
+    header = _parse_json(data)
     if type(header) is not dict:
         raise HeaderError(f"JSON header is a {type(header).__name__}, not an object")
-    try:
-        code = header["code"]
-        language = header.get("language", "JAVA")
-        version = header.get("version", 0)
-        opaque = header.get("opaque", 0)
-        flag = header.get("flag", 0)
-        remark = header.get("remark")
-        ext = header.get("extFields")
-    except KeyError:
-        raise HeaderError("JSON header has no 'code'") from None
+    get = header.get
+    code = get("code")
+    if code is None:
+        raise HeaderError("JSON header has no 'code'")
+    language = get("language", "JAVA")
+    version = get("version", 0)
+    opaque = get("opaque", 0)
+    flag = get("flag", 0)
+    remark = get("remark")
+    ext = get("extFields")
     if type(code) is not int or type(version) is not int or type(opaque) is not int or type(flag) is not int:
         raise HeaderError("JSON header fields code/version/opaque/flag must be integers")
     if type(language) is str:
