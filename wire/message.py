@@ -346,6 +346,10 @@ def java_hashmap_order(keys: list[str], max_size: int | None = None) -> list[str
     return sorted(keys, key=lambda k: _java_spread_hash(k) & mask)
 
 
+_join_pairs = PROPERTY_SEPARATOR.join
+_join_pair = NAME_VALUE_SEPARATOR.join
+
+
 def format_properties(
     properties: Mapping[str, str | None], *, java_order: bool = False, max_size: int | None = None
 ) -> str:
@@ -357,16 +361,24 @@ def format_properties(
     if java_order:
         keys = java_hashmap_order([k for k, v in properties.items() if v is not None], max_size)
         return PROPERTY_SEPARATOR.join([f"{k}{NAME_VALUE_SEPARATOR}{properties[k]}" for k in keys])
-    return PROPERTY_SEPARATOR.join(
-        [f"{k}{NAME_VALUE_SEPARATOR}{v}" for k, v in properties.items() if v is not None]
-    )
+    try:
+        # str.join straight over the (key, value) item tuples runs in C; a None value (or any
+        # non-str) makes it raise TypeError, and the general form below skips or formats those.
+        return _join_pairs(map(_join_pair, properties.items()))
+    except TypeError:
+        return PROPERTY_SEPARATOR.join(
+            [f"{k}{NAME_VALUE_SEPARATOR}{v}" for k, v in properties.items() if v is not None]
+        )
 
 
-def _properties_text(properties: dict[str, str], raw: str | None) -> str:
-    # A decoded string is written back verbatim (byte-identical records) unless the dict was changed.
-    if raw is not None and parse_properties(raw) == properties:
-        return raw
-    return format_properties(properties)
+def _properties_text(properties: Mapping[str, str | None], raw: str | None) -> str:
+    """The properties string to write: a decoded ``raw`` is written back verbatim (byte-identical
+    records) while it still parses to ``properties``, whoever changed the dict and however."""
+    text = format_properties(properties)
+    if raw is None or text == raw:  # the common case: raw is the dict's own formatting
+        return text
+    # raw in another form (Java order, skipped pairs) or the dict was changed: compare parsed
+    return raw if parse_properties(raw) == properties else text
 
 
 # --------------------------------------------------------------------------------------------------
@@ -541,138 +553,141 @@ def encode_blank(remaining: int) -> bytes:
     return RECORD_PREFIX.pack(remaining, BLANK_MAGIC)
 
 
-def _record_parts(msg: MessageExt) -> tuple[int, int, int, bytes, bytes]:
-    """Validate ``msg`` for encoding: (total size, magic, body CRC, topic bytes, properties bytes)."""
-    sys_flag = msg.sys_flag
-    hf = sys_flag & _HOST_FLAGS
-    raw = msg.properties_raw
-    try:
-        topic = msg.topic.encode()
-        if raw is None:  # format_properties, inlined for the put path
-            props = PROPERTY_SEPARATOR.join(
-                [f"{k}{NAME_VALUE_SEPARATOR}{v}" for k, v in msg.properties.items() if v is not None]
-            ).encode()
-        else:
-            props = _properties_text(msg.properties, raw).encode()
-    except UnicodeEncodeError as exc:
-        raise MessageFormatError(f"topic or properties cannot be encoded as UTF-8: {exc}") from None
-    topic_len = len(topic)
-    props_len = len(props)
-    magic = MAGIC_V2 if topic_len > V1_TOPIC_MAX_BYTES or msg.magic == MAGIC_V2 else MAGIC_V1
-    if topic_len > MAX_TOPIC_BYTES:
-        raise MessageFormatError(f"topic of {topic_len} bytes is longer than {MAX_TOPIC_BYTES}")
-    if props_len > MAX_PROPERTIES_BYTES:
-        raise MessageFormatError(f"properties of {props_len} bytes are longer than {MAX_PROPERTIES_BYTES}")
-    if len(msg.born_host) != (_HOST_V6 if hf & MessageSysFlag.BORNHOST_V6 else _HOST_V4):
-        raise MessageFormatError(
-            f"born host of {len(msg.born_host)} bytes disagrees with sysFlag 0x{sys_flag:X}"
-        )
-    if len(msg.store_host) != (_HOST_V6 if hf & MessageSysFlag.STOREHOST_V6 else _HOST_V4):
-        raise MessageFormatError(
-            f"store host of {len(msg.store_host)} bytes disagrees with sysFlag 0x{sys_flag:X}"
-        )
-    body = msg.body
-    total = _FIXED[hf].size + len(body) + _TOPIC_LENGTH[magic].size + topic_len + 2 + props_len
-    return total, magic, zlib.crc32(body) & 0x7FFFFFFF, topic, props
+def _field_size(layout: list[tuple[str, str, int]], name: str) -> int:
+    return _run_struct(layout, name, name)[1].size
 
 
-def _fixed_values(msg: MessageExt, total: int, magic: int, crc: int) -> tuple[Any, ...]:
-    return (
-        total,
-        magic,
-        crc,
-        msg.queue_id,
-        msg.flag,
-        msg.queue_offset,
-        msg.commit_log_offset,
-        msg.sys_flag,
-        msg.born_timestamp,
-        msg.born_host,
-        msg.born_port,
-        msg.store_timestamp,
-        msg.store_host,
-        msg.store_port,
-        msg.reconsume_times,
-        msg.prepared_transaction_offset,
-        len(msg.body),
+#: Per host-width combination (sysFlag & BORNHOST_V6|STOREHOST_V6): packer of magic .. body length
+#: (the fixed part after TOTALSIZE, which goes in last) and the born/store host widths it expects.
+_REST_POS = _run_struct(_V4, "magic", "magic")[0]
+_RECORD_REST = {
+    hf: (
+        _run_struct(lay, "magic", "body_length")[1].pack,
+        _field_size(lay, "born_host"),
+        _field_size(lay, "store_host"),
     )
+    for hf, lay in _LAYOUTS.items()
+}
+_pack_total_into = _TOTAL_SIZE.pack_into
+_pack_properties_length = _PROPERTIES_LENGTH.pack
+_join_bytes = b"".join
+_crc32 = zlib.crc32
+
+#: topic -> ((magic, length prefix + UTF-8 topic) unless ``msg.magic`` asks for v2, (the same) when it
+#: does): v1 up to 127 bytes, else v2. Bounded: emptied when full.
+_TOPIC_PARTS: dict[str, tuple[tuple[int, bytes], tuple[int, bytes]]] = {}
+_TOPIC_PARTS_MAX = 4096
 
 
-def encode_message(msg: MessageExt) -> bytearray:
-    """Build the CommitLog record of ``msg``; sets ``msg.store_size``, ``msg.body_crc`` and ``msg.magic``.
-
-    v1 unless the topic exceeds 127 UTF-8 bytes (or ``msg.magic`` already says v2); host widths
-    follow the sysFlag bits.
-    """
-    total, magic, crc, topic, props = _record_parts(msg)
+def _topic_parts(topic: str) -> tuple[tuple[int, bytes], tuple[int, bytes]]:
     try:
-        out = bytearray(_FIXED[msg.sys_flag & _HOST_FLAGS].pack(*_fixed_values(msg, total, magic, crc)))
-    except struct.error as exc:
-        raise MessageFormatError(f"message field out of range: {exc}") from None
-    out += msg.body
-    out += _TOPIC_LENGTH[magic].pack(len(topic))
-    out += topic
-    out += _PROPERTIES_LENGTH.pack(len(props))
-    out += props
-    msg.store_size = total
-    msg.body_crc = crc
-    msg.magic = magic
-    return out
+        raw = topic.encode()
+    except UnicodeEncodeError as exc:
+        raise MessageFormatError(f"topic cannot be encoded as UTF-8: {exc}") from None
+    n = len(raw)
+    if n > MAX_TOPIC_BYTES:
+        raise MessageFormatError(f"topic of {n} bytes is longer than {MAX_TOPIC_BYTES}")
+    v2 = (MAGIC_V2, _TOPIC_LENGTH[MAGIC_V2].pack(n) + raw)
+    parts = (v2 if n > V1_TOPIC_MAX_BYTES else (MAGIC_V1, _TOPIC_LENGTH[MAGIC_V1].pack(n) + raw), v2)
+    if len(_TOPIC_PARTS) >= _TOPIC_PARTS_MAX:
+        _TOPIC_PARTS.clear()
+    _TOPIC_PARTS[topic] = parts
+    return parts
 
 
 def encode_message_into(msg: MessageExt, buf: bytearray | memoryview, pos: int, limit: int) -> int:
     """Write the CommitLog record of ``msg`` at ``buf[pos:]`` (e.g. straight into a mapped segment)
-    and return its size; sets ``msg.store_size``, ``msg.body_crc`` and ``msg.magic`` like
-    ``encode_message``, whose bytes it writes.
+    and return its size; sets ``msg.store_size``, ``msg.body_crc`` and ``msg.magic``.
 
-    TOTALSIZE is written last, so a reader (or a crash) never sees a partly written record as one.
-    If the record would end past ``limit`` nothing is written and minus its size is returned.
+    v1 unless the topic exceeds 127 UTF-8 bytes (or ``msg.magic`` already says v2); host widths
+    follow the sysFlag bits. Everything after TOTALSIZE is built as one bytes object and copied in
+    one slice assignment (slicing a memoryview of a mapping costs more than joining); TOTALSIZE is
+    written last, so a reader (or a crash) never sees a partly written record as one. If the record
+    would end past ``limit`` nothing is written and minus its size is returned.
     """
-    total, magic, crc, topic, props = _record_parts(msg)
-    end = pos + total
-    if end > limit:
-        return -total
-    body = msg.body
-    fixed = _FIXED[msg.sys_flag & _HOST_FLAGS]
+    topic = msg.topic
     try:
-        fixed.pack_into(
-            buf,
-            pos,
-            0,  # TOTALSIZE: written last
-            magic,
-            crc,
-            msg.queue_id,
-            msg.flag,
-            msg.queue_offset,
-            msg.commit_log_offset,
-            msg.sys_flag,
-            msg.born_timestamp,
-            msg.born_host,
-            msg.born_port,
-            msg.store_timestamp,
-            msg.store_host,
-            msg.store_port,
-            msg.reconsume_times,
-            msg.prepared_transaction_offset,
-            len(body),
+        magic, topic_part = _TOPIC_PARTS[topic][msg.magic == MAGIC_V2]
+    except KeyError:
+        magic, topic_part = _topic_parts(topic)[msg.magic == MAGIC_V2]
+    properties = msg.properties
+    raw = msg.properties_raw
+    if raw is None:  # the put path: format_properties inlined
+        try:
+            text = _join_pairs(map(_join_pair, properties.items()))
+        except TypeError:
+            text = format_properties(properties)
+    else:
+        text = _properties_text(properties, raw)
+    try:
+        props = text.encode()
+    except UnicodeEncodeError as exc:
+        raise MessageFormatError(f"properties cannot be encoded as UTF-8: {exc}") from None
+    props_len = len(props)
+    if props_len > MAX_PROPERTIES_BYTES:
+        raise MessageFormatError(f"properties of {props_len} bytes are longer than {MAX_PROPERTIES_BYTES}")
+    sys_flag = msg.sys_flag
+    pack_rest, born_width, store_width = _RECORD_REST[sys_flag & _HOST_FLAGS]
+    born_host = msg.born_host
+    store_host = msg.store_host
+    if len(born_host) != born_width:
+        raise MessageFormatError(f"born host of {len(born_host)} bytes disagrees with sysFlag 0x{sys_flag:X}")
+    if len(store_host) != store_width:
+        raise MessageFormatError(
+            f"store host of {len(store_host)} bytes disagrees with sysFlag 0x{sys_flag:X}"
+        )
+    body = msg.body
+    crc = _crc32(body) & 0x7FFFFFFF
+    try:
+        rest = _join_bytes(
+            (
+                pack_rest(
+                    magic,
+                    crc,
+                    msg.queue_id,
+                    msg.flag,
+                    msg.queue_offset,
+                    msg.commit_log_offset,
+                    sys_flag,
+                    msg.born_timestamp,
+                    born_host,
+                    msg.born_port,
+                    msg.store_timestamp,
+                    store_host,
+                    msg.store_port,
+                    msg.reconsume_times,
+                    msg.prepared_transaction_offset,
+                    len(body),
+                ),
+                body,
+                topic_part,
+                _pack_properties_length(props_len),
+                props,
+            )
         )
     except struct.error as exc:
         raise MessageFormatError(f"message field out of range: {exc}") from None
-    at = pos + fixed.size
-    at2 = at + len(body)
-    buf[at:at2] = body
-    topic_prefix = _TOPIC_LENGTH[magic]
-    topic_prefix.pack_into(buf, at2, len(topic))
-    at = at2 + topic_prefix.size
-    at2 = at + len(topic)
-    buf[at:at2] = topic
-    _PROPERTIES_LENGTH.pack_into(buf, at2, len(props))
-    buf[at2 + _PROPERTIES_LENGTH.size : end] = props
-    _TOTAL_SIZE.pack_into(buf, pos, total)
+    total = _REST_POS + len(rest)
+    end = pos + total
+    if end > limit:
+        return -total
+    buf[pos + _REST_POS : end] = rest
+    _pack_total_into(buf, pos, total)
     msg.store_size = total
     msg.body_crc = crc
     msg.magic = magic
     return total
+
+
+_NO_LIMIT = 1 << 62
+
+
+def encode_message(msg: MessageExt) -> bytearray:
+    """The CommitLog record of ``msg`` (see ``encode_message_into``, which writes the same bytes)."""
+    out = bytearray(_REST_POS)
+    # encode_message_into's one slice assignment after TOTALSIZE extends this too-short bytearray
+    encode_message_into(msg, out, 0, _NO_LIMIT)
+    return out
 
 
 _pack_offsets = _OFFSETS.pack_into
