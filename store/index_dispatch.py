@@ -105,6 +105,7 @@ class IndexDispatchProcess:
         self.progress = DispatchProgress(Path(args.root) / PROGRESS_FILE)
         self.proc: subprocess.Popen[bytes] | None = None
         self.restarts = 0
+        self._spawned_at = 0.0
 
     def start(self, committed: int, min_phy: int) -> None:
         p = self.progress
@@ -116,6 +117,7 @@ class IndexDispatchProcess:
         self._spawn()
 
     def _spawn(self) -> None:
+        self._spawned_at = time.monotonic()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "rmqgate.store.index_dispatch", json.dumps(asdict(self.args))],
             stdin=subprocess.DEVNULL,
@@ -124,9 +126,16 @@ class IndexDispatchProcess:
         )
 
     def ensure_running(self) -> None:
-        """Restart a dispatcher that died (its index files are intact in the page cache)."""
-        if self.proc is not None and self.proc.poll() is not None and not self.progress.get("stop"):
-            _log.warning("index dispatcher exited with %s; restarting it", self.proc.returncode)
+        """Restart a dispatcher that died (its index files are intact in the page cache), at most
+        once a second so that one that cannot start does not spin."""
+        proc = self.proc
+        if (
+            proc is not None
+            and proc.poll() is not None
+            and not self.progress.get("stop")
+            and time.monotonic() - self._spawned_at >= 1.0
+        ):
+            _log.warning("index dispatcher exited with %s; restarting it", proc.returncode)
             self.args.trusted = True
             self.restarts += 1
             self._spawn()
