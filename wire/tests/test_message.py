@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import mmap
 import random
 import struct
 import sys
@@ -283,6 +284,73 @@ def test_changed_properties_are_not_hidden_by_the_decoded_string() -> None:
     msg.properties[m.PROPERTY_RETRY_TOPIC] = "%RETRY%g"
     out = m.decode_message(m.encode_message(msg))
     assert out.properties[m.PROPERTY_RETRY_TOPIC] == "%RETRY%g"
+
+
+def _props_of(record: bytes | bytearray) -> str:
+    return m.decode_message(bytes(record)).properties_raw or ""
+
+
+def test_decoded_properties_string_is_written_verbatim_only_while_it_parses_to_the_dict() -> None:
+    raw = "b\x012\x02a\x011\x02junk\x02\x02"  # a pair without separator and empty pairs: skipped on parse
+    msg = _sample(properties=m.parse_properties(raw))
+    msg.properties_raw = raw
+    assert _props_of(m.encode_message(msg)) == raw
+    msg.properties["c"] = "3"  # changed in place, properties_raw left as it was
+    assert _props_of(m.encode_message(msg)) == "b\x012\x02a\x011\x02c\x013"
+    del msg.properties["c"]
+    assert _props_of(m.encode_message(msg)) == raw  # equal to the parsed string again
+    msg.properties["a"] = "changed"
+    buf = memoryview(mmap.mmap(-1, 4096))
+    n = m.encode_message_into(msg, buf, 100, len(buf))
+    assert _props_of(buf[100 : 100 + n]) == "b\x012\x02a\x01changed"
+    canonical = _sample()
+    canonical.properties_raw = m.format_properties(canonical.properties)
+    again = m.decode_message(m.encode_message(canonical))
+    again.properties.pop("TAGS")
+    assert m.decode_message(m.encode_message(again)).properties == {"KEYS": "k1", "UNIQ_KEY": "ABC"}
+
+
+def test_property_values_none_skipped_and_non_strings_formatted() -> None:
+    props = {"a": None, "b": 5, "c": "x"}
+    assert m.format_properties(props) == "b\x015\x02c\x01x"
+    assert _props_of(m.encode_message(_sample(properties=props))) == "b\x015\x02c\x01x"
+
+
+def test_topic_parts_cache_is_bounded_and_keeps_records_exact() -> None:
+    n = m._TOPIC_PARTS_MAX + 10
+    for i in range(n):
+        topic = f"T{i}" if i % 2 else "é" * (64 + i % 3)  # v1 and (by UTF-8 length) v2 topics
+        msg = _sample(topic=topic)
+        out = m.decode_message(m.encode_message(msg))
+        assert out.topic == topic and out.magic == (m.MAGIC_V1 if i % 2 else m.MAGIC_V2)
+        assert len(m._TOPIC_PARTS) <= m._TOPIC_PARTS_MAX
+    # a message that already says v2 keeps v2 for a short (cached) topic
+    m.encode_message(_sample(topic="T1"))
+    forced = m.decode_message(m.encode_message(_sample(topic="T1", magic=m.MAGIC_V2)))
+    assert (forced.topic, forced.magic) == ("T1", m.MAGIC_V2)
+
+
+def test_encode_errors_name_the_field() -> None:
+    with pytest.raises(MessageFormatError, match="topic") as bad_topic:
+        m.encode_message(_sample(topic="bad\ud800"))
+    assert "properties" not in str(bad_topic.value)  # the store maps 'properties' to its own status
+    assert "bad\ud800" not in m._TOPIC_PARTS
+    with pytest.raises(MessageFormatError, match="topic of 40000 bytes"):
+        m.encode_message(_sample(topic="t" * 40000))
+    with pytest.raises(MessageFormatError, match="properties"):
+        m.encode_message(_sample(properties={"k": "bad\ud800"}))
+    with pytest.raises(MessageFormatError, match="properties of 40002 bytes"):
+        m.encode_message(_sample(properties={"k": "v" * 40000}))
+    with pytest.raises(MessageFormatError, match="out of range"):
+        m.encode_message(_sample(born_port=2**31))
+
+
+def test_a_record_that_does_not_fit_changes_nothing() -> None:
+    msg = _sample()
+    before = (msg.store_size, msg.body_crc, msg.magic)
+    buf = bytearray(64)
+    assert m.encode_message_into(msg, buf, 0, len(buf)) < 0
+    assert buf == bytearray(64) and (msg.store_size, msg.body_crc, msg.magic) == before
 
 
 def test_properties_format_matches_rocketmq() -> None:
