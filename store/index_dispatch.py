@@ -357,6 +357,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("args", help="DispatcherArgs as JSON")
     ns = parser.parse_args(argv)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # background work: when the cores are busy, appends and consumers go first; queries by key
+    # wait for the index to catch up (the broker reports dispatchBehindBytes meanwhile)
+    os.nice(10)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s index-dispatch %(message)s")
     return run_dispatcher(DispatcherArgs(**json.loads(ns.args)))
 
