@@ -8,6 +8,7 @@ i.e. the least work any decoder of that layout must do. Run: ``.venv/bin/python 
 from __future__ import annotations
 
 import json
+import mmap
 import struct
 import sys
 import zlib
@@ -20,7 +21,7 @@ from _timing import per_op_us, print_table
 from rmqgate.wire import RemotingCommand, decode_frame, encode_frame
 from rmqgate.wire.codes import RequestCode, SerializeType
 from rmqgate.wire.headers import SendMessageRequestHeader, SendMessageResponseHeader
-from rmqgate.wire.message import MessageExt, decode_message, encode_message
+from rmqgate.wire.message import MessageExt, decode_message, encode_message, encode_message_into
 
 TARGET_RATIO = 1.5
 
@@ -173,16 +174,54 @@ def bare_stored_build(msg: MessageExt) -> bytes:
     return b"".join((fixed, body, BYTE.pack(len(topic)), topic, SHORT.pack(len(props)), props))
 
 
+def bare_stored_build_into(msg: MessageExt, buf: memoryview, pos: int) -> int:
+    """Floor of the put path: the same record as ``bare_stored_build`` written at ``buf[pos:]`` as the
+    CommitLog writer must (everything after TOTALSIZE in one slice, then TOTALSIZE)."""
+    topic = msg.topic.encode()
+    props = "\x02".join(f"{k}\x01{v}" for k, v in msg.properties.items()).encode()
+    body = msg.body
+    total = STORED_FIXED.size + len(body) + 1 + len(topic) + 2 + len(props)
+    rest = STORED_REST.pack(
+        -626843481, zlib.crc32(body) & 0x7FFFFFFF, msg.queue_id, msg.flag, msg.queue_offset,
+        msg.commit_log_offset, msg.sys_flag, msg.born_timestamp, msg.born_host, msg.born_port,
+        msg.store_timestamp, msg.store_host, msg.store_port, msg.reconsume_times,
+        msg.prepared_transaction_offset, len(body),
+    )  # fmt: skip
+    buf[pos + 4 : pos + total] = b"".join(
+        (rest, body, BYTE.pack(len(topic)), topic, SHORT.pack(len(props)), props)
+    )
+    INT.pack_into(buf, pos, total)
+    return total
+
+
+STORED_REST = struct.Struct(">" + STORED_FIXED.format[2:])  # the fixed run after TOTALSIZE
+
+
 def rows_stored_message() -> list[list[object]]:
     msg = stored_message()
     record = bytes(encode_message(msg))
     assert bare_stored_build(msg) == record, "floor builds a different record"
-    return [
+    # the put path: straight into a memoryview of a mapped segment, as the store's CommitLog writes
+    segment = mmap.mmap(-1, 1 << 20)
+    view = memoryview(segment)
+    assert (
+        bare_stored_build_into(msg, view, 4096) == len(record) and view[4096 : 4096 + len(record)] == record
+    )
+    view[4096 : 4096 + len(record)] = bytes(len(record))
+    assert encode_message_into(msg, view, 4096, len(view)) == len(record)
+    assert view[4096 : 4096 + len(record)] == record, "encode_message_into wrote a different record"
+    rows = [
         ["stored message parse (1 KiB)", per_op_us(lambda: decode_message(record)),
          per_op_us(lambda: bare_stored_decode(record)), "bare struct decode"],
         ["stored message build (1 KiB)", per_op_us(lambda: encode_message(msg)),
          per_op_us(lambda: bare_stored_build(msg)), "bare struct pack + join"],
+        ["stored message into mapped segment (1 KiB)",
+         per_op_us(lambda: encode_message_into(msg, view, 4096, len(view))),
+         per_op_us(lambda: bare_stored_build_into(msg, view, 4096)), "bare pack + join + slice"],
     ]  # fmt: skip
+    view.release()
+    segment.close()
+    return rows
 
 
 def main() -> int:
