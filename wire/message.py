@@ -574,9 +574,11 @@ _join_bytes = b"".join
 _crc32 = zlib.crc32
 
 #: topic -> ((magic, length prefix + UTF-8 topic) unless ``msg.magic`` asks for v2, (the same) when it
-#: does): v1 up to 127 bytes, else v2. Bounded: emptied when full.
+#: does): v1 up to 127 bytes, else v2. Bounded: topics up to 255 bytes (what a broker accepts), and
+#: emptied when full.
 _TOPIC_PARTS: dict[str, tuple[tuple[int, bytes], tuple[int, bytes]]] = {}
 _TOPIC_PARTS_MAX = 4096
+_TOPIC_PARTS_MAX_BYTES = 255
 
 
 def _topic_parts(topic: str) -> tuple[tuple[int, bytes], tuple[int, bytes]]:
@@ -589,9 +591,10 @@ def _topic_parts(topic: str) -> tuple[tuple[int, bytes], tuple[int, bytes]]:
         raise MessageFormatError(f"topic of {n} bytes is longer than {MAX_TOPIC_BYTES}")
     v2 = (MAGIC_V2, _TOPIC_LENGTH[MAGIC_V2].pack(n) + raw)
     parts = (v2 if n > V1_TOPIC_MAX_BYTES else (MAGIC_V1, _TOPIC_LENGTH[MAGIC_V1].pack(n) + raw), v2)
-    if len(_TOPIC_PARTS) >= _TOPIC_PARTS_MAX:
-        _TOPIC_PARTS.clear()
-    _TOPIC_PARTS[topic] = parts
+    if n <= _TOPIC_PARTS_MAX_BYTES:
+        if len(_TOPIC_PARTS) >= _TOPIC_PARTS_MAX:
+            _TOPIC_PARTS.clear()
+        _TOPIC_PARTS[topic] = parts
     return parts
 
 

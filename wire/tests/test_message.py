@@ -324,6 +324,9 @@ def test_topic_parts_cache_is_bounded_and_keeps_records_exact() -> None:
         out = m.decode_message(m.encode_message(msg))
         assert out.topic == topic and out.magic == (m.MAGIC_V1 if i % 2 else m.MAGIC_V2)
         assert len(m._TOPIC_PARTS) <= m._TOPIC_PARTS_MAX
+    huge = "h" * (m._TOPIC_PARTS_MAX_BYTES + 1)
+    assert m.decode_message(m.encode_message(_sample(topic=huge))).topic == huge
+    assert huge not in m._TOPIC_PARTS  # long topics are encoded each time, not kept
     # a message that already says v2 keeps v2 for a short (cached) topic
     m.encode_message(_sample(topic="T1"))
     forced = m.decode_message(m.encode_message(_sample(topic="T1", magic=m.MAGIC_V2)))
