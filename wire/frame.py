@@ -95,18 +95,23 @@ class FrameDecoder:
         decoded before it in ``exc.decoded``; later frames stay buffered for ``feed(b"")``.
         """
         buf = self._buffer
+        src: bytes | bytearray
         if buf:
             buf += data
-            src: bytes | bytearray = buf
+            src = buf
         else:  # the usual read: decode straight from ``data``, buffer only an incomplete tail
             src = data if type(data) is bytes else bytes(data)
+        max_frame_length = self.max_frame_length
         pos = 0
         end = len(src)
         out: list[RemotingCommand] = []
         try:
             while end - pos >= _PREFIX_SIZE:
                 length, word = _unpack_prefix(src, pos)
-                serialize_type, header_length = _check_envelope(length, word, self.max_frame_length)
+                header_length = word & HEADER_LENGTH_MASK
+                serialize_type = word >> 24
+                if length + 4 > max_frame_length or header_length > length - 4 or serialize_type > 1:
+                    _check_envelope(length, word, max_frame_length)  # raises the typed error
                 frame_end = pos + length + 4
                 if end < frame_end:
                     break

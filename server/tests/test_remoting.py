@@ -13,7 +13,7 @@ from rmqgate.server.testing import async_test
 from rmqgate.wire import FrameDecoder, RemotingCommand, ResponseCode, SerializeType, encode_frame
 from rmqgate.wire.errors import HeaderFieldError
 
-ECHO, SLOW, BOOM, CODEC, ASK, GATE = 9001, 9002, 9003, 9004, 9005, 9006
+ECHO, SLOW, BOOM, CODEC, ASK, GATE, BYE = 9001, 9002, 9003, 9004, 9005, 9006, 9007
 
 
 class Echo(RequestProcessor):
@@ -25,6 +25,16 @@ class Echo(RequestProcessor):
     def process(self, channel: Channel, request: RemotingCommand) -> RemotingCommand:
         self.seen.append(request)
         return request.response(0, "echo", dict(request.ext_fields or {}), request.body)
+
+
+class Bye(RequestProcessor):
+    """Answers, then closes the connection at once."""
+
+    codes = (BYE,)
+
+    def process(self, channel: Channel, request: RemotingCommand) -> None:
+        channel.send_response(request.response(0, "bye"))
+        channel.close()
 
 
 class Misc(RequestProcessor):
@@ -58,7 +68,7 @@ def with_server(fn):
     @async_test
     @functools.wraps(fn)
     async def wrapper() -> None:
-        srv = RemotingServer("127.0.0.1", 0, [Echo(), Misc()], idle_timeout=120, max_inflight=4)
+        srv = RemotingServer("127.0.0.1", 0, [Echo(), Misc(), Bye()], idle_timeout=120, max_inflight=4)
         await srv.start()
         try:
             await fn(srv)
@@ -122,6 +132,24 @@ async def _raw(port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
 async def _read_closed(reader: asyncio.StreamReader) -> bool:
     data = await asyncio.wait_for(reader.read(), 3)
     return data == b""
+
+
+@with_server
+async def test_responses_waiting_for_the_round_leave_before_a_close(server: RemotingServer) -> None:
+    """Responses wait for the end of the event-loop round; closing the connection sends them first."""
+    for together in (True, False):
+        reader, writer = await _raw(server.port)
+        echo = encode_frame(RemotingCommand.request(ECHO, {"i": "1"}, opaque=5))
+        bye = encode_frame(RemotingCommand.request(BYE, opaque=6))
+        if together:
+            writer.write(echo + bye)
+        else:
+            writer.write(echo)
+            await writer.drain()
+            writer.write(bye)
+        cmds = FrameDecoder().feed(await asyncio.wait_for(reader.read(), 3))  # everything up to EOF
+        assert [(c.opaque, c.remark) for c in cmds] == [(5, "echo"), (6, "bye")]
+        writer.close()
 
 
 @with_server
