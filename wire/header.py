@@ -38,6 +38,8 @@ def parse_bool(value: str) -> bool:
 
 
 _BOOL_SPELLINGS = {"true": True, "false": False, "1": True}
+# Queue ids, flags, counts: a dict hit is cheaper than int() for the usual spellings.
+_SMALL_INTS = {str(i): i for i in range(-1, 1024)}
 
 
 def format_value(value: object) -> str:
@@ -94,16 +96,23 @@ def _gen_decoder(
         args.append(var)
         if f.required:
             lines.append(f"        {var} = ext[{key!r}]")
-            if conv:
+            if f.kind is int:
+                lines.append(f"        {var} = _int({var}) if (w := _ints({var})) is None else w")
+            elif conv:
                 lines.append(f"        {var} = {conv}({var})")
         elif f.kind is bool:  # a dict hit for the usual spellings, parse_bool for the rest
             lines.append(f"        {var} = g({key!r})")
             lines.append(
                 f"        {var} = _d{i} if {var} is None else (_bools[{var}] if {var} in _bools else _bool({var}))"
             )
+        elif f.kind is int:
+            lines.append(f"        {var} = g({key!r})")
+            lines.append(
+                f"        {var} = _d{i} if {var} is None else (_int({var}) if (w := _ints({var})) is None else w)"
+            )
         else:
             lines.append(f"        {var} = g({key!r})")
-            lines.append(f"        {var} = _d{i} if {var} is None else {conv}({var})")
+            lines.append(f"        {var} = _d{i} if {var} is None else {var}")
     lines.append(f"        return _cls({', '.join(args)})")
     lines.append("    except KeyError as exc:")
     lines.append("        raise _error(_cls, ext, exc, True) from None")
@@ -112,6 +121,7 @@ def _gen_decoder(
     namespace: dict[str, Any] = {
         "_cls": cls,
         "_int": int,
+        "_ints": _SMALL_INTS.get,
         "_bool": parse_bool,
         "_bools": _BOOL_SPELLINGS,
         "_error": _field_error,
