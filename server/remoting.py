@@ -235,10 +235,11 @@ class Channel(asyncio.Protocol):
     def _write(self, data: bytes) -> None:
         out = self._out
         if out is None:
+            if self.closed or self.transport is None:
+                return
             batch = self._batch
             if batch is None:
-                if not self.closed and self.transport is not None:
-                    self.transport.write(data)
+                self.transport.write(data)
                 return
             self._out = [data]
             self._out_size = len(data)
