@@ -19,6 +19,9 @@ from rmqgate.wire.layout import (
 _LANGUAGE_BY_NAME = {lang.name: int(lang) for lang in LanguageCode}
 _LANGUAGE_NAME = {int(lang): lang.name for lang in LanguageCode}
 _SERIALIZE_NAME = {int(t): t.name for t in SerializeType}
+_OTHER = LanguageCode.OTHER
+_JSON = SerializeType.JSON
+_ROCKETMQ = SerializeType.ROCKETMQ
 
 _json_decoder = json.JSONDecoder()
 _json_decode = _json_decoder.decode
@@ -41,25 +44,25 @@ def _ext_value(value: object) -> str:
     return _json_encode(value)
 
 
-def _parse_json(data: bytes | bytearray | memoryview) -> object:
+def _parse_json(text: str) -> object:
+    """The full decoder (whitespace, trailing data, errors and their messages)."""
     try:
-        text = str(data, "utf-8")
-    except UnicodeDecodeError as exc:
-        raise HeaderError(f"JSON header is not valid UTF-8: {exc.reason} at byte {exc.start}") from None
-    try:
-        header, end = _scan_once(text, 0)
-        if end == len(text):
-            return header
-    except (StopIteration, ValueError, RecursionError):
-        pass
-    try:  # whitespace, trailing data or an error: the full decoder (and its error message)
         return _json_decode(text)
     except (ValueError, RecursionError) as exc:
         raise HeaderError(f"JSON header does not parse: {exc}") from None
 
 
 def decode_json_header(data: bytes | bytearray | memoryview) -> RemotingCommand:
-    header = _parse_json(data)
+    try:
+        text = str(data, "utf-8")
+    except UnicodeDecodeError as exc:
+        raise HeaderError(f"JSON header is not valid UTF-8: {exc.reason} at byte {exc.start}") from None
+    try:
+        header, end = _scan_once(text, 0)
+        if end != len(text):
+            header = _parse_json(text)
+    except (StopIteration, ValueError, RecursionError):
+        header = _parse_json(text)
     if type(header) is not dict:
         raise HeaderError(f"JSON header is a {type(header).__name__}, not an object")
     get = header.get
@@ -75,7 +78,7 @@ def decode_json_header(data: bytes | bytearray | memoryview) -> RemotingCommand:
     if type(code) is not int or type(version) is not int or type(opaque) is not int or type(flag) is not int:
         raise HeaderError("JSON header fields code/version/opaque/flag must be integers")
     if type(language) is str:
-        language = _LANGUAGE_BY_NAME.get(language, LanguageCode.OTHER)
+        language = _LANGUAGE_BY_NAME.get(language, _OTHER)
     elif type(language) is not int:
         raise HeaderError(f"JSON header 'language' is {language!r}")
     if remark is not None and type(remark) is not str:
@@ -96,7 +99,7 @@ def decode_json_header(data: bytes | bytearray | memoryview) -> RemotingCommand:
     cmd.remark = remark
     cmd.ext_fields = ext
     cmd.body = None
-    cmd.serialize_type = SerializeType.JSON
+    cmd.serialize_type = _JSON
     return cmd
 
 
@@ -178,7 +181,7 @@ def decode_rocketmq_header(data: bytes | bytearray | memoryview) -> RemotingComm
     cmd.remark = remark
     cmd.ext_fields = ext
     cmd.body = None
-    cmd.serialize_type = SerializeType.ROCKETMQ
+    cmd.serialize_type = _ROCKETMQ
     return cmd
 
 
