@@ -57,6 +57,9 @@ class StoreConfig:
     index_query_wait: int = 3000  # ms a query waits for the index to cover what was committed
     flush_disk_type: str = ASYNC_FLUSH
     flush_interval_commitlog: int = 500  # ms
+    # rmqgate: zero the CommitLog this many bytes ahead of the write position from a background
+    # thread (page cache allocated off the put path, like RocketMQ's warmMapedFile); 0 = off
+    commitlog_warm_ahead: int = 4 * 1024 * 1024
     flush_commitlog_least_pages: int = 4
     flush_commitlog_thorough_interval: int = 10_000  # ms
     flush_interval_consume_queue: int = 1000  # ms

@@ -276,6 +276,71 @@ class _FlushService(threading.Thread):
                 return
 
 
+_NOT_WARMING = 1 << 62
+_WARM_CHUNK = 1024 * 1024
+_ZEROS = bytes(_WARM_CHUNK)
+
+
+class _CommitLogWarmer(threading.Thread):
+    """Writes zeros into the last CommitLog segment ahead of the write position (``pwrite`` releases
+    the GIL), so appends copy into page-cache pages that exist instead of faulting each one in.
+
+    It never touches written bytes: under the put lock it picks a chunk at or past the write position
+    and publishes its start in ``store._warm_busy_from``; puts bound their record below that until the
+    chunk is done (``_warm_done`` is set again)."""
+
+    def __init__(self, store: DefaultMessageStore) -> None:
+        super().__init__(name="rmqgate-commitlog-warmer", daemon=True)
+        self.store = store
+        self.ahead = store.config.commitlog_warm_ahead
+        self._stop_event = threading.Event()
+        self.warmed_to = 0  # absolute CommitLog offset: zeroed below, ahead of the write position
+
+    def stop(self) -> None:
+        self._stop_event.set()
+        self.join()
+
+    def run(self) -> None:
+        store = self.store
+        while not self._stop_event.wait(0.01):
+            try:
+                while self._warm_one_chunk():
+                    if self._stop_event.is_set():
+                        return
+            except OSError as exc:  # e.g. a full disk: appends go on unwarmed (and refuse at 90%)
+                _log.warning("CommitLog warm-up stopped: %s", exc)
+                store._warm_busy_from = _NOT_WARMING
+                store._warm_done.set()
+                return
+
+    def _warm_one_chunk(self) -> bool:
+        store = self.store
+        with store._put_lock:
+            if store._shutdown:
+                return False
+            f = store.commitlog.queue.last()
+            if f is None:
+                return False
+            pos = f.file_from_offset + f.wrote_position
+            start = max(self.warmed_to, -(-pos // PAGE_SIZE) * PAGE_SIZE)
+            end = min(start + _WARM_CHUNK, f.end_offset)
+            if start >= end or start >= pos + self.ahead:
+                return False
+            store._warm_done.clear()
+            store._warm_busy_from = start
+        try:
+            fd = os.open(f.path, os.O_WRONLY)
+            try:
+                os.pwrite(fd, _ZEROS[: end - start], start - f.file_from_offset)
+            finally:
+                os.close(fd)
+        finally:
+            store._warm_busy_from = _NOT_WARMING
+            store._warm_done.set()
+        self.warmed_to = end
+        return True
+
+
 class _ServiceThread(threading.Thread):
     """ConsumeQueue/index/checkpoint flush, consumer offset persistence, expired file cleanup."""
 
@@ -375,6 +440,10 @@ class DefaultMessageStore:
         self._committed_slot: tuple[Any, Any, int] | None = None  # (pack_into, page, position)
         self._flush_service: _FlushService | None = None
         self._service: _ServiceThread | None = None
+        self._warmer: _CommitLogWarmer | None = None
+        self._warm_busy_from = _NOT_WARMING  # CommitLog offset the warmer is zeroing from
+        self._warm_done = threading.Event()
+        self._warm_done.set()
 
     # ------------------------------------------------------------------ lifecycle
     @classmethod
@@ -398,6 +467,9 @@ class DefaultMessageStore:
             store._flush_service.start()
             store._service = _ServiceThread(store)
             store._service.start()
+            if config.commitlog_warm_ahead > 0:
+                store._warmer = _CommitLogWarmer(store)
+                store._warmer.start()
         if in_process:
             store._start_index_process()
         return store
@@ -438,6 +510,8 @@ class DefaultMessageStore:
             self._shutdown = True
         if self._service is not None:
             self._service.stop()
+        if self._warmer is not None:
+            self._warmer.stop()
         if self._flush_service is not None:
             self._flush_service.stop()
         ts = self._last_store_ts
@@ -711,6 +785,7 @@ class DefaultMessageStore:
         return rec
 
     def _writable_file(self, need: int) -> MappedFile:
+        self._warm_done.wait()  # the BLANK record may fall into the chunk being zeroed
         q = self.commitlog.queue
         f = q.get_last_mapped_file(0)
         assert f is not None
@@ -774,12 +849,20 @@ class DefaultMessageStore:
                 if f is None:
                     f = self._writable_file(0)
                 at = f.wrote_position
-                msg.commit_log_offset = f.file_from_offset + at
+                base = f.file_from_offset
+                msg.commit_log_offset = base + at
                 # leave room for the BLANK record; never write a record over the size limit
                 limit = f.file_size - END_FILE_MIN_BLANK_LENGTH
                 if limit > at + max_size + 4096:
                     limit = at + max_size + 4096
-                n = encode_message_into(msg, f.buf, at, limit)
+                warming = self._warm_busy_from - base
+                if warming < limit:  # never into the chunk the warmer is zeroing
+                    n = encode_message_into(msg, f.buf, at, warming)
+                    if n < 0:
+                        self._warm_done.wait()
+                        n = encode_message_into(msg, f.buf, at, limit)
+                else:
+                    n = encode_message_into(msg, f.buf, at, limit)
                 if n < 0 and -n <= max_size + 4096:  # no room left in this segment: BLANK, next one
                     f = self._writable_file(-n)
                     n = self._encode_at(msg, f, max_size)
@@ -888,6 +971,7 @@ class DefaultMessageStore:
                 qoff += counted
             at = f.wrote_position
             view = f.buf
+            self._warm_done.wait()
             view[at + 4 : at + n] = memoryview(blob)[4:]
             view[at : at + 4] = blob[:4]  # TOTALSIZE last: the batch becomes visible whole
             f.wrote_position = at + n

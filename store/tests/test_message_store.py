@@ -467,3 +467,56 @@ def test_put_result_msg_id_follows_the_store_port(store: DefaultMessageStore) ->
         assert rec.store_port == port
         assert res.msg_id == rec.offset_msg_id
         assert res.msg_id.endswith(f"{res.physical_offset:016X}")
+
+
+def test_commitlog_warmer_zeroes_ahead_without_touching_records(tmp_path: Path) -> None:
+    """The warmer zeroes each new segment's unwritten rest while single puts, batches and segment
+    rolls go on: every record must come back intact, in order, with its ConsumeQueue unit."""
+    s = DefaultMessageStore.open(cfg(tmp_path, mapped_file_size_commitlog=256 * 1024))
+    assert s._warmer is not None and s._warmer.is_alive()
+    rnd = os.urandom
+    sent: list[tuple[int, bytes]] = []
+    try:
+        for i in range(3000):
+            body = rnd(50 + (i * 7919) % 3000)
+            if i % 10 == 0:
+                res = s.put_messages([msg(body=body, qid=i % 3), msg(body=body[::-1], qid=i % 3)])
+                sent += [(res.physical_offset, body), (-1, body[::-1])]
+            else:
+                res = s.put_message(msg(body=body, qid=i % 3))
+                sent.append((res.physical_offset, body))
+            assert res.status is PutMessageStatus.PUT_OK
+        deadline = time.monotonic() + 5
+        while s._warmer.warmed_to <= s.get_max_phy_offset() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert s._warmer.warmed_to > s.get_max_phy_offset()  # it runs ahead of the appends
+        last = s.commitlog.queue.files[-1]
+        assert os.stat(last.path).st_blocks * 512 > last.wrote_position  # zeroed ahead: not sparse there
+    finally:
+        s.shutdown()
+    s = DefaultMessageStore.open(cfg(tmp_path, mapped_file_size_commitlog=256 * 1024), start_services=False)
+    try:
+        records = [
+            decode_message(f.buf, pos, check_crc=True)
+            for f in s.commitlog.queue.files
+            for pos in _record_positions(f.buf, f.wrote_position)
+        ]
+        assert [r.body for r in records] == [b for _, b in sent]
+        assert all(p in (-1, r.commit_log_offset) for (p, _), r in zip(sent, records, strict=True))
+        for q in range(3):
+            got = [r for r in records if r.queue_id == q]
+            assert s.get_max_offset_in_queue("T", q) == len(got)
+            assert [r.queue_offset for r in got] == list(range(len(got)))
+    finally:
+        s.shutdown()
+
+
+def _record_positions(buf: memoryview, end: int) -> list[int]:
+    out, pos = [], 0
+    while pos < end:
+        total = int.from_bytes(buf[pos : pos + 4], "big")
+        if total <= 0 or int.from_bytes(buf[pos + 4 : pos + 8], "big") == 0xCBD43194:
+            break
+        out.append(pos)
+        pos += total
+    return out
