@@ -131,7 +131,7 @@ class IndexDispatchProcess:
         proc = self.proc
         if (
             proc is not None
-            and proc.poll() is not None
+            and proc.poll() not in (None, 0)  # 0: it quit on purpose (store closed or reopened)
             and not self.progress.get("stop")
             and time.monotonic() - self._spawned_at >= 1.0
         ):
