@@ -214,10 +214,7 @@ class Channel(asyncio.Protocol):
             log.warning("closing %s: bad frame: %s", self.remote_addr, exc)
             self.close()
             return
-        if len(commands) == 1:
-            self._on_command(commands[0])
-            return
-        if self._batch is not None:
+        if self._batch is not None or len(commands) <= 1:  # batched writes leave once per loop round
             for cmd in commands:
                 self._on_command(cmd)
             return
