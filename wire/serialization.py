@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import json.scanner
 
 from rmqgate.wire.codes import LanguageCode, SerializeType
 from rmqgate.wire.command import RemotingCommand
@@ -25,9 +24,9 @@ _ROCKETMQ = SerializeType.ROCKETMQ
 
 _json_decoder = json.JSONDecoder()
 _json_decode = _json_decoder.decode
-# The decoder's C scanner called directly: a header is one object with no surrounding whitespace, so
+# The decoder's (C) scanner called directly: a header is one object with no surrounding whitespace, so
 # ``decode``'s two whitespace matches and Python frames are skipped; anything else takes ``decode``.
-_scan_once = json.scanner.make_scanner(_json_decoder)
+_scan_once = _json_decoder.scan_once
 _json_encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
 
