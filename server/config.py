@@ -64,6 +64,8 @@ class BrokerConfig:
     maxHashSlotNum: int = 5_000_000
     maxIndexNum: int = 5_000_000 * 4
     messageIndexEnable: bool = True
+    indexDispatchProcess: bool = True  # rmqgate: IndexFile built by a dispatcher process
+    commitLogWarmAhead: int = 4 * 1024 * 1024  # rmqgate: bytes zeroed ahead of the CommitLog write position
     flushIntervalCommitLog: int = 500
     flushIntervalConsumeQueue: int = 1000
     syncFlushTimeout: int = 5000
@@ -109,6 +111,8 @@ class BrokerConfig:
             max_hash_slot_num=self.maxHashSlotNum,
             max_index_num=self.maxIndexNum,
             message_index_enable=self.messageIndexEnable,
+            index_dispatch_process=self.indexDispatchProcess,
+            commitlog_warm_ahead=self.commitLogWarmAhead,
             flush_disk_type=self.flushDiskType,
             flush_interval_commitlog=self.flushIntervalCommitLog,
             flush_interval_consume_queue=self.flushIntervalConsumeQueue,
