@@ -340,8 +340,9 @@ def run_dispatcher(args: DispatcherArgs) -> int:
             if progress.get("stop") and pos >= progress.get("committed_offset"):
                 break
             if pos >= progress.get("committed_offset"):
-                # idle: poll often right after work (a burst may continue), then back off
-                time.sleep(0.0002 if now - idle_since < 0.05 else 0.002)
+                # caught up: let appends accumulate (fewer wake-ups on a busy machine; a query
+                # waits at most this long for the newest ones), longer once the store is idle
+                time.sleep(0.002 if now - idle_since < 1.0 else 0.01)
     finally:
         try:
             flush()
