@@ -33,8 +33,9 @@ from rmqgate.wire.message import (
     PROPERTY_UNIQ_KEY,
     RECORD_PREFIX,
     MessageSysFlag,
-    decode_message,
+    decode_index_fields,
     java_string_hash,
+    property_value,
 )
 
 PROGRESS_FILE = "index.dispatch"
@@ -300,22 +301,20 @@ def run_dispatcher(args: DispatcherArgs) -> int:
                 end = min(committed - start, args.commitlog_file_size)
                 scanned = 0
                 while rel < end and scanned < 4096:
-                    total, magic = _unpack_prefix(buf, rel)
-                    if magic == BLANK_MAGIC:
+                    if _unpack_prefix(buf, rel)[1] == BLANK_MAGIC:
                         rel = args.commitlog_file_size
                         break
                     try:
-                        msg = decode_message(buf, rel, with_body=False)
+                        total, sys_flag, store_ts, topic, props = decode_index_fields(buf, rel)
                     except MessageFormatError as exc:  # below the committed offset: a bug, not a tear
                         _log.error("index dispatch skips the rest of segment %d: %s", start, exc)
                         rel = args.commitlog_file_size
                         break
-                    props = msg.properties
-                    keys = props.get(PROPERTY_KEYS)
-                    uniq = props.get(PROPERTY_UNIQ_KEY)
-                    if (keys or uniq) and msg.sys_flag & _TX_MASK != _TX_ROLLBACK:
-                        index.build_index(msg.topic, keys, uniq, start + rel, msg.store_timestamp)
-                    last_ts = msg.store_timestamp
+                    keys = property_value(props, PROPERTY_KEYS)
+                    uniq = property_value(props, PROPERTY_UNIQ_KEY)
+                    if (keys or uniq) and sys_flag & _TX_MASK != _TX_ROLLBACK:
+                        index.build_index(topic, keys, uniq, start + rel, store_ts)
+                    last_ts = store_ts
                     rel += total
                     scanned += 1
                 pos = start + rel
@@ -358,9 +357,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("args", help="DispatcherArgs as JSON")
     ns = parser.parse_args(argv)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    # background work: when the cores are busy, appends and consumers go first; queries by key
-    # wait for the index to catch up (the broker reports dispatchBehindBytes meanwhile)
-    os.nice(10)
+    # background work: it runs on cores nothing else wants (SCHED_IDLE), so appends and consumers
+    # go first; queries by key wait for the index to catch up (dispatchBehindBytes says how far)
+    try:
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    except (AttributeError, OSError):
+        os.nice(19)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s index-dispatch %(message)s")
     return run_dispatcher(DispatcherArgs(**json.loads(ns.args)))
 

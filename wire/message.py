@@ -445,6 +445,55 @@ _TAIL_UNPACK = {hf: s.unpack_from for hf, s in _TAILS.items()}
 _TOPIC_UNPACK = {m: (s.unpack_from, s.size) for m, s in _TOPIC_LENGTH.items()}
 
 
+_BODY_LENGTH_POS = {hf: st.size - 4 for hf, st in _FIXED.items()}  # body length ends the fixed part
+_unpack_int = _TOTAL_SIZE.unpack_from
+
+
+def decode_index_fields(buf: Buffer, offset: int) -> tuple[int, int, int, str, str]:
+    """What an index dispatcher needs of the record at ``buf[offset:]``, without building a message:
+    ``(total size, sysFlag, store timestamp, topic, properties string)``. Raises
+    ``MessageFormatError`` when the record's lengths disagree."""
+    try:
+        total, magic = _unpack_prefix(buf, offset)
+        (sys_flag,) = _unpack_int(buf, offset + SYSFLAG_POS)
+        hf = sys_flag & _HOST_FLAGS
+        (store_ts,) = _STORE_TIMESTAMP.unpack_from(buf, offset + _STORE_TS_POS[hf])
+        (body_len,) = _unpack_int(buf, offset + _BODY_LENGTH_POS[hf])
+        unpack_topic_len, topic_prefix = _TOPIC_UNPACK[magic]
+        pos = offset + _BODY_LENGTH_POS[hf] + 4 + body_len
+        (topic_len,) = unpack_topic_len(buf, pos)
+        pos += topic_prefix
+        topic = str(buf[pos : pos + topic_len], "utf-8")
+        pos += topic_len
+        (props_len,) = _unpack_props_len(buf, pos)
+        pos += 2
+        end = offset + total
+        if body_len < 0 or topic_len < 0 or props_len < 0 or pos + props_len != end or end > len(buf):
+            raise MessageFormatError(f"record lengths disagree with total size {total} at offset {offset}")
+        props = str(buf[pos:end], "utf-8") if props_len else ""
+    except (struct.error, KeyError) as exc:
+        raise MessageFormatError(f"truncated or unknown record at offset {offset}: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise MessageFormatError(f"invalid UTF-8 in the record at offset {offset}: {exc}") from None
+    return total, sys_flag, store_ts, topic, props
+
+
+def property_value(properties: str, name: str) -> str | None:
+    """``parse_properties(properties).get(name)`` without parsing the other properties."""
+    key = name + NAME_VALUE_SEPARATOR
+    i = len(properties)
+    while True:
+        i = properties.rfind(key, 0, i)
+        if i < 0:
+            return None
+        if i == 0 or properties[i - 1] == PROPERTY_SEPARATOR:  # not a longer name ending in ``name``
+            start = i + len(key)
+            end = properties.find(PROPERTY_SEPARATOR, start)
+            value = properties[start:] if end < 0 else properties[start:end]
+            if value:  # parse_properties skips empty values: an earlier one stands
+                return value
+
+
 def decode_message(
     buf: Buffer,
     offset: int = 0,

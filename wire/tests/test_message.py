@@ -803,3 +803,47 @@ def test_decode_accepts_any_buffer(kind) -> None:
     assert copied == view == m.decode_message(record)
     assert bytes(m.encode_message(view)) == record
     assert copied.born_host == b"\x7f\x00\x00\x01" and type(copied.born_host) is bytes
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["KEYS", "UNIQ_KEY", "XKEYS", "KEYSX", "", "TAGS"]),
+            st.text(alphabet="ab\x01 K", max_size=4),
+        ),
+        max_size=6,
+    )
+)
+def test_property_value_agrees_with_parse_properties(pairs: list[tuple[str, str]]) -> None:
+    text = "\x02".join(f"{k}\x01{v}" if k or v else "" for k, v in pairs)
+    for name in ("KEYS", "UNIQ_KEY", "TAGS"):
+        assert m.property_value(text, name) == m.parse_properties(text).get(name), (text, name)
+
+
+def test_decode_index_fields_reads_what_decode_message_reads() -> None:
+    for sys_flag, born, store, topic in [
+        (0, b"\x7f\x00\x00\x01", b"\x0a\x00\x00\x02", "T"),
+        (MessageSysFlag.BORNHOST_V6 | MessageSysFlag.STOREHOST_V6, bytes(16), bytes(range(16)), "Tv6"),
+        (MessageSysFlag.TRANSACTION_ROLLBACK, b"\x01\x02\x03\x04", b"\x05\x06\x07\x08", "L" * 200),
+    ]:
+        msg = MessageExt(
+            topic,
+            body=b"x" * 300,
+            sys_flag=sys_flag,
+            born_host=born,
+            store_host=store,
+            store_timestamp=1_700_000_000_123,
+            properties={"KEYS": "a b", "UNIQ_KEY": "U1"},
+        )
+        rec = b"\x00" * 7 + bytes(m.encode_message(msg))
+        total, flag, ts, t, props = m.decode_index_fields(rec, 7)
+        d = m.decode_message(rec, 7, with_body=False)
+        assert (total, flag, ts, t, m.parse_properties(props)) == (
+            d.store_size,
+            d.sys_flag,
+            d.store_timestamp,
+            d.topic,
+            d.properties,
+        )
+        with pytest.raises(MessageFormatError):
+            m.decode_index_fields(rec[: 7 + total - 1], 7)
