@@ -630,14 +630,19 @@ _TOPIC_PARTS_MAX = 4096
 _TOPIC_PARTS_MAX_BYTES = 255
 
 
-def _topic_parts(topic: str) -> tuple[tuple[int, bytes], tuple[int, bytes]]:
+def _utf8_within(text: str, what: str, limit: int) -> bytes:
     try:
-        raw = topic.encode()
+        raw = text.encode()
     except UnicodeEncodeError as exc:
-        raise MessageFormatError(f"topic cannot be encoded as UTF-8: {exc}") from None
+        raise MessageFormatError(f"{what} cannot be encoded as UTF-8: {exc}") from None
+    if len(raw) > limit:
+        raise MessageFormatError(f"{what}: {len(raw)} UTF-8 bytes, more than the {limit} allowed")
+    return raw
+
+
+def _topic_parts(topic: str) -> tuple[tuple[int, bytes], tuple[int, bytes]]:
+    raw = _utf8_within(topic, "topic", MAX_TOPIC_BYTES)
     n = len(raw)
-    if n > MAX_TOPIC_BYTES:
-        raise MessageFormatError(f"topic of {n} bytes is longer than {MAX_TOPIC_BYTES}")
     v2 = (MAGIC_V2, _TOPIC_LENGTH[MAGIC_V2].pack(n) + raw)
     parts = (v2 if n > V1_TOPIC_MAX_BYTES else (MAGIC_V1, _TOPIC_LENGTH[MAGIC_V1].pack(n) + raw), v2)
     if n <= _TOPIC_PARTS_MAX_BYTES:
@@ -671,13 +676,8 @@ def encode_message_into(msg: MessageExt, buf: bytearray | memoryview, pos: int, 
             text = format_properties(properties)
     else:
         text = _properties_text(properties, raw)
-    try:
-        props = text.encode()
-    except UnicodeEncodeError as exc:
-        raise MessageFormatError(f"properties cannot be encoded as UTF-8: {exc}") from None
+    props = _utf8_within(text, "properties", MAX_PROPERTIES_BYTES)
     props_len = len(props)
-    if props_len > MAX_PROPERTIES_BYTES:
-        raise MessageFormatError(f"properties of {props_len} bytes are longer than {MAX_PROPERTIES_BYTES}")
     sys_flag = msg.sys_flag
     pack_rest, born_width, store_width = _RECORD_REST[sys_flag & _HOST_FLAGS]
     born_host = msg.born_host

@@ -338,11 +338,11 @@ def test_encode_errors_name_the_field() -> None:
         m.encode_message(_sample(topic="bad\ud800"))
     assert "properties" not in str(bad_topic.value)  # the store maps 'properties' to its own status
     assert "bad\ud800" not in m._TOPIC_PARTS
-    with pytest.raises(MessageFormatError, match="topic of 40000 bytes"):
+    with pytest.raises(MessageFormatError, match="topic: 40000 UTF-8 bytes"):
         m.encode_message(_sample(topic="t" * 40000))
     with pytest.raises(MessageFormatError, match="properties"):
         m.encode_message(_sample(properties={"k": "bad\ud800"}))
-    with pytest.raises(MessageFormatError, match="properties of 40002 bytes"):
+    with pytest.raises(MessageFormatError, match="properties: 40002 UTF-8 bytes"):
         m.encode_message(_sample(properties={"k": "v" * 40000}))
     with pytest.raises(MessageFormatError, match="out of range"):
         m.encode_message(_sample(born_port=2**31))
