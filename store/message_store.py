@@ -166,7 +166,8 @@ class _FlushService(threading.Thread):
         super().__init__(name="rmqgate-commitlog-flush", daemon=True)
         self.store = store
         self.sync = store.config.flush_disk_type == SYNC_FLUSH
-        self._cond = threading.Condition()
+        self._cond = threading.Condition(threading.Lock())  # never taken re-entrantly
+        self._timeout = store.config.sync_flush_timeout / 1000
         self._requests: list[tuple[int, Any, float, asyncio.AbstractEventLoop | None]] = []
         self._stopped = False
         self.flush_count = 0
@@ -186,7 +187,7 @@ class _FlushService(threading.Thread):
         the loop once for all its writers; otherwise a ``concurrent.futures.Future``."""
         loop = asyncio._get_running_loop()
         fut: Any = loop.create_future() if loop is not None else Future()
-        deadline = time.monotonic() + self.store.config.sync_flush_timeout / 1000
+        deadline = time.monotonic() + self._timeout
         with self._cond:
             self._requests.append((next_offset, fut, deadline, loop))
             n = self._in_flight = self._in_flight + 1
