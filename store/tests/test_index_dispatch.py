@@ -122,7 +122,11 @@ def test_dispatcher_quits_when_its_store_is_closed_without_shutdown(tmp_path: Pa
     proc = s._index_process
     assert proc is not None and proc.proc is not None
     s.put_message(msg(1))
-    s._shutdown = True  # as a crash would: no shutdown, the store's lock released
+    # as a crash would: the store's threads and files gone without shutdown, its lock released
+    s._shutdown = True
+    for thread in (s._service, s._warmer, s._flush_service):
+        assert thread is not None
+        thread.stop()
     s._close_files()
     os.close(s._lock_fd)
     assert wait_gone(proc.proc.pid)
