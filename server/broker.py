@@ -28,7 +28,7 @@ from rmqgate.server.namesrv import encode_register_body
 from rmqgate.server.offsets import OffsetProcessor
 from rmqgate.server.pull import PullMessageProcessor
 from rmqgate.server.query import QueryMessageProcessor
-from rmqgate.server.remoting import Channel, RemotingServer, RequestProcessor
+from rmqgate.server.remoting import Channel, RemotingServer, RequestProcessor, cancel_and_wait
 from rmqgate.server.send import SendMessageProcessor
 from rmqgate.server.topics import SubscriptionGroupManager, TopicConfigManager
 from rmqgate.store.api import MessageStore, open_store
@@ -100,11 +100,7 @@ class BrokerController:
         self._tasks.append(loop.create_task(self._scan_loop()))
 
     async def stop(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(self._tasks)
         self._tasks.clear()
         await self.schedule.stop()
         await self.transactions.stop()

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from rmqgate.server.jsonbody import dumpb, dumps, loads, loads_object
-from rmqgate.server.remoting import Channel, RequestProcessor
+from rmqgate.server.remoting import Channel, RequestProcessor, cancel_and_wait
 from rmqgate.wire import headers as H
 from rmqgate.wire.codes import MQVersion, RequestCode, ResponseCode
 from rmqgate.wire.command import RemotingCommand
@@ -651,8 +651,5 @@ class NamesrvController:
                 log.exception("broker expiry scan failed")
 
     async def stop(self) -> None:
-        if self._scanner is not None:
-            self._scanner.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._scanner
-            self._scanner = None
+        await cancel_and_wait([self._scanner])
+        self._scanner = None

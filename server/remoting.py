@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import itertools
 import logging
 from collections.abc import Awaitable, Callable, Iterable
@@ -32,6 +33,16 @@ DEFAULT_WRITE_HIGH_WATER = 4 * 1024 * 1024
 
 # Java's RemotingCommand opaque comes from one process-wide AtomicInteger; ours is int32 too.
 _opaque_counter = itertools.count(1)
+
+
+async def cancel_and_wait(tasks: Iterable[asyncio.Task[Any] | None]) -> None:
+    """Cancel background tasks and wait until each has finished (a service's ``stop``)."""
+    live = [t for t in tasks if t is not None]
+    for task in live:
+        task.cancel()
+    for task in live:
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
 
 def next_opaque() -> int:

@@ -17,6 +17,7 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
+from rmqgate.server.remoting import cancel_and_wait
 from rmqgate.store.api import SCHEDULE_TOPIC, DispatchRequest, PutMessageStatus
 from rmqgate.wire.message import (
     PROPERTY_DELAY_TIME_LEVEL,
@@ -90,11 +91,7 @@ class ScheduleMessageService:
             self._tasks.append(loop.create_task(self._run(level)))
 
     async def stop(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(self._tasks)
         self._tasks.clear()
         self._loop = None
 

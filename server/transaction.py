@@ -19,7 +19,7 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from rmqgate.server.remoting import Channel, RequestProcessor
+from rmqgate.server.remoting import Channel, RequestProcessor, cancel_and_wait
 from rmqgate.server.topics import (
     PERM_RW,
     RMQ_SYS_TRANS_CHECK_MAX_TIME_TOPIC,
@@ -195,11 +195,8 @@ class TransactionalMessageService:
         self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel_and_wait([self._task])
+        self._task = None
 
     def wake(self) -> None:
         self._wake.set()
