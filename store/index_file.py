@@ -185,10 +185,14 @@ def query_files(
     return out, last_ts, last_phy
 
 
+def _abs_hash(h: int) -> int:
+    """``indexKeyHashMethod``'s last step: abs of the int hash, MIN_VALUE -> 0."""
+    return 0 if h == -0x80000000 else abs(h)
+
+
 def index_key_hash(key: str) -> int:
     """``indexKeyHashMethod``: abs(String.hashCode), MIN_VALUE -> 0."""
-    h = java_string_hash(key)
-    return 0 if h == -0x80000000 else abs(h)
+    return _abs_hash(java_string_hash(key))
 
 
 class IndexReader:
@@ -253,8 +257,7 @@ class IndexService:
 
     def key_hash(self, key: str) -> int:
         """``indexKeyHashMethod``: abs(String.hashCode), MIN_VALUE -> 0."""
-        h = self._java_hash(key)
-        return 0 if h == -0x80000000 else abs(h)
+        return _abs_hash(self._java_hash(key))
 
     def load(self, last_exit_ok: bool, index_checkpoint_ts: int) -> int | None:
         """Open the index files; after a crash drop those not known flushed. Returns the CommitLog
@@ -342,7 +345,7 @@ class IndexService:
             h = self._java_hash(key[-12:], hseed)
         else:
             h = self._java_hash(key, seed)
-        return 0 if h == -0x80000000 else abs(h)
+        return _abs_hash(h)
 
     def query_offset(
         self, topic: str, key: str, max_num: int, begin: int, end: int
