@@ -1,11 +1,14 @@
 """Memory-mapped segment files named by their 20-digit start offset (``MappedFile``/``MappedFileQueue``).
 
-Writers copy into the mmap; durability comes from ``fdatasync`` on the file descriptor (releases the
-GIL, unlike ``mmap.flush``), which writes back the shared mapping's dirty pages.
+Writers copy into the mmap. A flush is ``msync(MS_SYNC)`` of just the range written since the last one,
+called through ctypes so the GIL is released (``mmap.flush`` keeps it): Linux syncs that file range
+like ``fdatasync`` would, but leaves alone the pages zeroed ahead of the writer, which stay dirty and
+mapped writable instead of being written back and faulted in again.
 """
 
 from __future__ import annotations
 
+import ctypes
 import mmap
 import os
 import threading
@@ -13,6 +16,32 @@ import time
 from pathlib import Path
 
 PAGE_SIZE = 4096
+_MS_SYNC = 4
+try:
+    _libc = ctypes.CDLL(None, use_errno=True)
+    _msync = _libc.msync
+    _msync.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+    _msync.restype = ctypes.c_int
+    _madvise = _libc.madvise
+    _madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+    _madvise.restype = ctypes.c_int
+except (OSError, AttributeError):  # no libc msync: whole-file fdatasync instead
+    _msync = _madvise = None
+_MADV_POPULATE_WRITE = 23  # Linux 5.14+; older kernels answer EINVAL and the writer faults pages in
+
+
+def _mapping_address(mm: mmap.mmap) -> int:
+    """Where ``mm`` is mapped (0 if unknown). The probe is a buffer export, dropped at once: closing
+    an mmap needs none left; msync/madvise on a range no longer mapped just fail with ENOMEM."""
+    try:
+        probe = ctypes.c_char.from_buffer(mm)
+    except TypeError:  # read-only mapping
+        return 0
+    address = ctypes.addressof(probe)
+    del probe
+    return address
+
+
 _ZERO_CHUNK = bytes(1 << 20)
 
 
@@ -25,6 +54,7 @@ class MappedFile:
     (the mmap holds its own) and reopens it to sync: thousands of queues must not pin 2 fds each."""
 
     __slots__ = (
+        "_address",
         "_fd",
         "_open",
         "buf",
@@ -68,6 +98,7 @@ class MappedFile:
             fd = -1
         self._fd = fd
         self._open = True
+        self._address = _mapping_address(self.mm) if _msync is not None else 0
         self.buf = memoryview(self.mm)
         self.wrote_position = 0
         self.flushed_position = 0
@@ -94,11 +125,31 @@ class MappedFile:
         finally:
             os.close(fd)
 
+    def sync_range(self, start: int, end: int) -> None:
+        """Make ``[start, end)`` durable: msync of those pages (GIL released), else fdatasync."""
+        if not self._address:
+            self.sync()
+            return
+        start -= start % PAGE_SIZE
+        if not self._open:
+            raise ValueError(f"{self.path}: flush after close")
+        if _msync(self._address + start, end - start, _MS_SYNC) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"msync {self.path}: {os.strerror(err)}")
+
+    def populate(self, start: int, end: int) -> bool:
+        """Map ``[start, end)`` writable into the page tables now (GIL released), so the writer's first
+        touch of each page does not fault; False when the kernel cannot."""
+        if not self._address or _madvise is None or not self._open:
+            return False
+        start -= start % PAGE_SIZE
+        return _madvise(self._address + start, end - start, _MADV_POPULATE_WRITE) == 0
+
     def flush(self) -> int:
         """Sync what was written since the last flush; returns the flushed position."""
         pos = self.wrote_position
         if pos > self.flushed_position:
-            self.sync()
+            self.sync_range(self.flushed_position, pos)
             self.flushed_position = pos
         return self.flushed_position
 

@@ -284,7 +284,9 @@ _ZEROS = bytes(_WARM_CHUNK)
 
 class _CommitLogWarmer(threading.Thread):
     """Writes zeros into the last CommitLog segment ahead of the write position (``pwrite`` releases
-    the GIL), so appends copy into page-cache pages that exist instead of faulting each one in.
+    the GIL), so appends copy into page-cache pages that exist instead of faulting each one in; then
+    maps that chunk writable into the page tables (``MappedFile.populate``), so appends take no page
+    fault there at all. Flushes sync only the written range, so the chunk stays mapped until used.
 
     It never touches written bytes: under the put lock it picks a chunk at or past the write position
     and publishes its start in ``store._warm_busy_from``; puts bound their record below that until the
@@ -296,6 +298,7 @@ class _CommitLogWarmer(threading.Thread):
         self.ahead = store.config.commitlog_warm_ahead
         self._stop_event = threading.Event()
         self.warmed_to = 0  # absolute CommitLog offset: zeroed below, ahead of the write position
+        self._populate = True
 
     def stop(self) -> None:
         self._stop_event.set()
@@ -338,6 +341,8 @@ class _CommitLogWarmer(threading.Thread):
         finally:
             store._warm_busy_from = _NOT_WARMING
             store._warm_done.set()
+        if self._populate:  # the page-table entries too (contents untouched): no fault per page either
+            self._populate = f.populate(start - f.file_from_offset, end - f.file_from_offset)
         self.warmed_to = end
         return True
 
