@@ -186,7 +186,8 @@ class PullMessageProcessor(RequestProcessor):
         self.broker = broker
         self.store = broker.store
         self.hold = PullRequestHoldService(self)
-        self.store.register_arrival_listener(self.hold.on_arrival)
+        # called only for puts to a queue with parked pulls (``held`` is never replaced, only changed)
+        self.store.register_arrival_listener(self.hold.on_arrival, self.hold.held)
 
     def process(self, channel: Channel, request: RemotingCommand) -> RemotingCommand | None:
         return self.pull(channel, request, allow_suspend=True)

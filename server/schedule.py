@@ -82,7 +82,10 @@ class ScheduleMessageService:
         self._events: dict[int, asyncio.Event] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._loop: asyncio.AbstractEventLoop | None = None
-        self.store.register_arrival_listener(self._on_arrival)
+        # queue id = delay level - 1: only puts to SCHEDULE_TOPIC_XXXX wake a level's delivery
+        self.store.register_arrival_listener(
+            self._on_arrival, frozenset((SCHEDULE_TOPIC, level - 1) for level in self.levels)
+        )
 
     def start(self) -> None:
         self._loop = loop = asyncio.get_running_loop()

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Container, Iterator, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
@@ -237,7 +237,9 @@ class MessageStore(Protocol):
     def queue_ids(self, topic: str) -> list[int]: ...
 
     # -- misc --
-    def register_arrival_listener(self, listener: ArrivalListener) -> None: ...
+    def register_arrival_listener(
+        self, listener: ArrivalListener, watched: Container[tuple[str, int]] | None = None
+    ) -> None: ...  # with ``watched``: only for puts to the (topic, queueId) keys it holds right now
     def delete_topics(self, topics: Collection[str]) -> int: ...  # drops ConsumeQueues + offsets
     def runtime_info(self) -> dict[str, str]: ...
 

@@ -22,7 +22,7 @@ import socket
 import struct
 import threading
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Container, Sequence
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
@@ -430,7 +430,7 @@ class DefaultMessageStore:
         self._store_v6_flag = _STOREHOST_V6 if addr.version == 6 else 0
         self._put_lock = threading.Lock()
         self._clean_lock = threading.Lock()
-        self._listeners: list[ArrivalListener] = []
+        self._listeners: list[tuple[ArrivalListener, Container[tuple[str, int]] | None]] = []
         self._valid_topics: set[str] = set()
         self._logics_error = False  # a dispatch failed: refuse writes (RocketMQ's makeLogicsQueueError)
         self._disk_full = False  # disk over DISK_WARNING_RATIO: refuse writes until cleanup frees space
@@ -895,7 +895,7 @@ class DefaultMessageStore:
                 tags = props.get(PROPERTY_TAGS)
                 tcode = tags_code(tags) if tags else 0
             listeners = self._listeners
-            if self._index_inline or listeners:
+            if self._index_inline:
                 keys = props.get(PROPERTY_KEYS)
                 uniq = props.get(PROPERTY_UNIQ_KEY)
             try:
@@ -909,21 +909,24 @@ class DefaultMessageStore:
         fs = self._flush_service
         durable = fs.submit(phys + n) if fs is not None and fs.sync else None
         if listeners:
-            d = DispatchRequest(
-                topic,
-                queue_id,
-                phys,
-                n,
-                tcode,
-                store_ts,
-                qoff,
-                keys,
-                uniq,
-                sys_flag,
-                msg.prepared_transaction_offset,
-            )
-            for listener in listeners:
-                listener(d)
+            d = None
+            for listener, watched in listeners:
+                if watched is None or key in watched:
+                    if d is None:
+                        d = DispatchRequest(
+                            topic,
+                            queue_id,
+                            phys,
+                            n,
+                            tcode,
+                            store_ts,
+                            qoff,
+                            props.get(PROPERTY_KEYS),
+                            props.get(PROPERTY_UNIQ_KEY),
+                            sys_flag,
+                            msg.prepared_transaction_offset,
+                        )
+                    listener(d)
         prefix_port, prefix = self._msg_id_prefix
         if prefix_port != port:
             prefix = encode_offset_msg_id(self._store_host, port, 0)[:-16]
@@ -953,7 +956,6 @@ class DefaultMessageStore:
         blob = recs[0] if len(recs) == 1 else bytearray().join(recs)
         n = len(blob)
         key = (topic, queue_id)
-        listeners = self._listeners
         dispatched: list[DispatchRequest] = []
         with self._put_lock:
             if self._shutdown:
@@ -986,6 +988,7 @@ class DefaultMessageStore:
                 cs[0](cs[1], cs[2], at + n + f.file_from_offset)
             self.topic_queue_table[key] = qoff
             self._last_store_ts = store_ts
+            listeners = [(fn, w) for fn, w in self._listeners if w is None or key in w]
             pos = 0
             for m, rec in zip(msgs, recs, strict=True):
                 props = m.properties
@@ -1029,7 +1032,7 @@ class DefaultMessageStore:
         if self._flush_service is not None and self._flush_service.sync:
             durable = self._flush_service.submit(phys0 + n)
         for d in dispatched:
-            for listener in listeners:
+            for listener, _ in listeners:
                 listener(d)
         if len(msgs) == 1:
             msg_id = encode_offset_msg_id(self._store_host, self.config.store_port, phys0)
@@ -1241,8 +1244,13 @@ class DefaultMessageStore:
         return sorted(q for t, q in self.consume_queues if t == topic)
 
     # ------------------------------------------------------------------ misc
-    def register_arrival_listener(self, listener: ArrivalListener) -> None:
-        self._listeners = [*self._listeners, listener]
+    def register_arrival_listener(
+        self, listener: ArrivalListener, watched: Container[tuple[str, int]] | None = None
+    ) -> None:
+        """``listener(DispatchRequest)`` after each put, in the putting thread. With ``watched`` (a live
+        view, such as a table of parked pulls) only for puts to a (topic, queueId) key it holds at that
+        moment: a put nobody waits for builds no DispatchRequest."""
+        self._listeners = [*self._listeners, (listener, watched)]
 
     def delete_topics(self, topics: Collection[str]) -> int:
         n = 0

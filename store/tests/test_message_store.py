@@ -223,6 +223,24 @@ def test_arrival_listener_and_delete_topic(store: DefaultMessageStore) -> None:
     assert store.get_messages("L", 1, 0, 1).status is G.NO_MESSAGE_IN_QUEUE
 
 
+def test_arrival_listener_with_watched_keys_hears_only_those_queues(store: DefaultMessageStore) -> None:
+    seen: list[tuple[str, int, int]] = []
+    watched: dict[tuple[str, int], str] = {("W", 2): "a parked pull"}  # a live view, as the broker's
+    store.register_arrival_listener(
+        lambda d: seen.append((d.topic, d.queue_id, d.consume_queue_offset)), watched
+    )
+    store.put_message(msg(topic="W", qid=1))
+    store.put_message(msg(topic="W", qid=2, KEYS="k1"))
+    store.put_messages([msg(topic="W", qid=3), msg(topic="W", qid=3)])
+    store.put_messages([msg(topic="W", qid=2), msg(topic="W", qid=2)])
+    assert seen == [("W", 2, 0), ("W", 2, 1), ("W", 2, 2)]
+    del watched[("W", 2)]
+    watched[("W", 1)] = "another"
+    store.put_message(msg(topic="W", qid=2))
+    store.put_message(msg(topic="W", qid=1))
+    assert seen[3:] == [("W", 1, 1)]
+
+
 def test_restart_keeps_messages_offsets_and_meta(tmp_path: Path) -> None:
     c = cfg(tmp_path)
     s = open_store(c)
