@@ -15,7 +15,7 @@ import random
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from rmqgate.server.remoting import Channel, RequestProcessor
+from rmqgate.server.remoting import Channel, Pending, RequestProcessor
 from rmqgate.server.topics import (
     DLQ_GROUP_TOPIC_PREFIX,
     NOT_ALLOWED_SEND_TOPICS,
@@ -154,6 +154,8 @@ class SendMessageProcessor(RequestProcessor):
 
     async def _registered(self, outcome: Any) -> Any:
         await self.broker.register_all()
+        if type(outcome) is Pending:
+            return outcome.respond(await outcome.future)
         if isinstance(outcome, Awaitable):
             outcome = await outcome
         return outcome
@@ -241,10 +243,16 @@ class SendMessageProcessor(RequestProcessor):
             },
         )
 
-    async def _await_flush(self, request: RemotingCommand, result: PutResult) -> RemotingCommand | bytes:
+    def _await_flush(self, request: RemotingCommand, result: PutResult) -> Pending:
+        """SYNC_FLUSH: answer once the group commit resolves ``result.durable`` (PUT_OK, or
+        FLUSH_DISK_TIMEOUT past syncFlushTimeout)."""
         assert result.durable is not None
-        result.status = await asyncio.wrap_future(result.durable)
-        return self.response(request, result)
+
+        def respond(status: PutMessageStatus) -> RemotingCommand | bytes:
+            result.status = status
+            return self.response(request, result)
+
+        return Pending(asyncio.wrap_future(result.durable), respond)
 
     def _send_batch(
         self,

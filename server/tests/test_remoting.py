@@ -8,12 +8,12 @@ import inspect
 import struct
 
 from rmqgate.server.client import RemotingClient
-from rmqgate.server.remoting import Channel, RemotingServer, RequestProcessor
+from rmqgate.server.remoting import Channel, Pending, RemotingServer, RequestProcessor
 from rmqgate.server.testing import async_test
 from rmqgate.wire import FrameDecoder, RemotingCommand, ResponseCode, SerializeType, encode_frame
 from rmqgate.wire.errors import HeaderFieldError
 
-ECHO, SLOW, BOOM, CODEC, ASK, GATE, BYE = 9001, 9002, 9003, 9004, 9005, 9006, 9007
+ECHO, SLOW, BOOM, CODEC, ASK, GATE, BYE, LATER = 9001, 9002, 9003, 9004, 9005, 9006, 9007, 9008
 
 
 class Echo(RequestProcessor):
@@ -64,11 +64,33 @@ class Misc(RequestProcessor):
         return request.response(0, f"client said {answer.remark}")
 
 
+class Later(RequestProcessor):
+    """Answers from a future the test resolves (as a SYNC_FLUSH send answers from its group commit)."""
+
+    codes = (LATER,)
+
+    def __init__(self) -> None:
+        self.futures: list[asyncio.Future[str]] = []
+
+    def process(self, channel: Channel, request: RemotingCommand) -> Pending:
+        fut = asyncio.get_running_loop().create_future()
+        self.futures.append(fut)
+
+        def respond(value: str) -> RemotingCommand:
+            if value == "boom":
+                raise RuntimeError("respond failed")
+            return request.response(0, value)
+
+        return Pending(fut, respond)
+
+
 def with_server(fn):
     @async_test
     @functools.wraps(fn)
     async def wrapper() -> None:
-        srv = RemotingServer("127.0.0.1", 0, [Echo(), Misc(), Bye()], idle_timeout=120, max_inflight=4)
+        srv = RemotingServer(
+            "127.0.0.1", 0, [Echo(), Misc(), Bye(), Later()], idle_timeout=120, max_inflight=4
+        )
         await srv.start()
         try:
             await fn(srv)
@@ -194,6 +216,38 @@ async def test_bounded_inflight_pauses_reading(server: RemotingServer) -> None:
         resps = await asyncio.gather(*futs)
         assert all(r.code == 0 for r in resps)
         assert misc.max_running == 4
+
+
+@with_server
+async def test_pending_responses_follow_their_futures_and_count_as_in_flight(server: RemotingServer) -> None:
+    later: Later = server.table[LATER]  # type: ignore[assignment]
+    async with await RemotingClient.connect("127.0.0.1", server.port) as client:
+        futs = [asyncio.ensure_future(client.invoke(RemotingCommand.request(LATER), 5)) for _ in range(6)]
+        await asyncio.sleep(0.2)
+        assert len(later.futures) == 4  # max_inflight: two requests wait unread
+        assert not any(f.done() for f in futs)
+        later.futures[2].set_result("third")
+        later.futures[0].set_result("boom")
+        await asyncio.sleep(0.1)
+        assert futs[2].done() and futs[2].result().remark == "third"
+        assert futs[0].result().code == ResponseCode.SYSTEM_ERROR  # respond raised: an error answer
+        assert "respond failed" in futs[0].result().remark
+        assert len(later.futures) == 6  # the two freed slots took the waiting requests
+        for i in (1, 3, 4, 5):
+            later.futures[i].set_result(f"r{i}")
+        resps = await asyncio.gather(*futs)
+        assert [r.remark for r in resps[1:]] == ["r1", "third", "r3", "r4", "r5"]
+        client.invoke_oneway(RemotingCommand.request(LATER))
+        await asyncio.sleep(0.1)
+        later.futures[6].set_result("unheard")  # oneway: nothing is written back
+        assert (await client.invoke(RemotingCommand.request(ECHO), 5)).remark == "echo"
+        later.futures.clear()
+        pending = asyncio.ensure_future(client.invoke(RemotingCommand.request(LATER), 5))
+        await asyncio.sleep(0.1)
+    assert pending.done() and (pending.cancelled() or pending.exception() is not None)  # closed: failed
+    await asyncio.sleep(0.1)
+    assert not later.futures[0].cancelled()  # the future belongs to its producer, not the connection
+    later.futures[0].set_result("after close")  # and answering a closed connection is harmless
 
 
 @async_test
