@@ -122,8 +122,8 @@ class PutResult:
     store_timestamp: int = 0
     topic: str = ""  # the topic actually written (SCHEDULE_TOPIC_XXXX for delayed messages)
     #: SYNC_FLUSH only: resolves with PUT_OK once flushed, FLUSH_DISK_TIMEOUT after sync_flush_timeout.
-    #: An ``asyncio.Future`` of the running loop when put from a loop thread (one wake-up per group
-    #: commit), else a ``concurrent.futures.Future``; ``asyncio.wrap_future`` accepts both.
+    #: An ``asyncio.Future`` of the running loop when put from a loop thread (committed with the other
+    #: puts of that loop round), else a ``concurrent.futures.Future``; ``asyncio.wrap_future`` takes both.
     durable: Future[PutMessageStatus] | asyncio.Future[PutMessageStatus] | None = None
 
 

@@ -153,53 +153,50 @@ class CommitLog:
         return phys + self.mapped_file_size - phys % self.mapped_file_size
 
 
-def _resolve_all(done: list[tuple[asyncio.Future[PutMessageStatus], PutMessageStatus]]) -> None:
-    for fut, status in done:
-        if not fut.done():
-            fut.set_result(status)
+_FLUSH_ATTEMPTS = 3  # a flush that cannot reach a request's offset in this many tries reports a timeout
 
 
 class _FlushService(threading.Thread):
-    """ASYNC_FLUSH: fsync every interval when enough pages are dirty; SYNC_FLUSH: group commit."""
+    """ASYNC_FLUSH: fsync every interval when enough pages are dirty. SYNC_FLUSH: group commit.
+
+    Writers on an asyncio loop are committed by that loop, once per loop round (as Redis does for
+    ``appendfsync always``): the first put of a round schedules the commit, which syncs everything
+    the round appended (GIL released meanwhile) and then resolves the round's futures. A commit
+    thread would need the GIL back to deliver its result, which a loop busy putting for other
+    writers only hands over once it idles: the commits then stalled each round instead of
+    overlapping it, at thousands of GIL hand-offs a second. Writers without a loop (threads) get a
+    ``concurrent.futures.Future`` and are committed by this thread."""
 
     def __init__(self, store: DefaultMessageStore) -> None:
         super().__init__(name="rmqgate-commitlog-flush", daemon=True)
         self.store = store
         self.sync = store.config.flush_disk_type == SYNC_FLUSH
         self._cond = threading.Condition(threading.Lock())  # never taken re-entrantly
+        self._flush_lock = threading.Lock()  # a loop's commit and this thread's may overlap
         self._timeout = store.config.sync_flush_timeout / 1000
-        self._requests: list[tuple[int, Any, float, asyncio.AbstractEventLoop | None]] = []
+        self._requests: list[tuple[int, Future[PutMessageStatus], float]] = []
+        self._loop_rounds: dict[asyncio.AbstractEventLoop, list[tuple[int, asyncio.Future[Any]]]] = {}
         self._stopped = False
         self.flush_count = 0
-        # Pipelining (SYNC_FLUSH from event loops): the group-commit thread needs the GIL to start an
-        # fsync, and a loop putting for many writers holds it until all of them are waiting, so the
-        # fsync would never overlap their puts. Once half as many requests as were in flight at the
-        # last commit are pending, the putting thread yields the GIL once (sleep(0)): the waiting
-        # flush thread takes them and fsyncs (GIL released) while the other half keeps putting.
-        self._idle = False  # the group-commit thread waits for requests
-        self._in_flight = 0  # submitted, not yet answered
-        self._in_flight_max = 0  # since the last commit
-        self._peak = 0  # in flight at the last commit: about how many writers are waiting
 
     def submit(self, next_offset: int) -> Future[PutMessageStatus] | asyncio.Future[PutMessageStatus]:
-        """A future resolved once the CommitLog is flushed past ``next_offset``. Called from a thread
-        running an asyncio loop it is an ``asyncio.Future`` of that loop, and one group commit wakes
-        the loop once for all its writers; otherwise a ``concurrent.futures.Future``."""
+        """A future resolved once the CommitLog is durable up to ``next_offset``: an ``asyncio.Future``
+        committed with the rest of this loop round when called on a running loop, otherwise a
+        ``concurrent.futures.Future`` committed by the flush thread."""
         loop = asyncio._get_running_loop()
-        fut: Any = loop.create_future() if loop is not None else Future()
-        deadline = time.monotonic() + self._timeout
+        if loop is not None:
+            fut = loop.create_future()
+            waiting = self._loop_rounds.get(loop)
+            if waiting is None:
+                waiting = self._loop_rounds[loop] = []
+                loop.call_soon(self._commit_round, loop, time.monotonic())
+            waiting.append((next_offset, fut))
+            return fut
+        cfut: Future[PutMessageStatus] = Future()
         with self._cond:
-            self._requests.append((next_offset, fut, deadline, loop))
-            n = self._in_flight = self._in_flight + 1
-            if n > self._in_flight_max:
-                self._in_flight_max = n
-            idle = self._idle
-            if idle:
-                self._cond.notify()
-            handoff = idle and loop is not None and 2 * len(self._requests) >= self._peak
-        if handoff:
-            time.sleep(0)  # releases the GIL: the notified flush thread takes it (see __init__)
-        return fut
+            self._requests.append((next_offset, cfut, time.monotonic() + self._timeout))
+            self._cond.notify()
+        return cfut
 
     def stop(self) -> None:
         with self._cond:
@@ -209,12 +206,35 @@ class _FlushService(threading.Thread):
 
     def _flush(self) -> int:
         store = self.store
-        ts = store._last_store_ts
-        flushed = store.commitlog.queue.flush()
-        self.flush_count += 1
+        with self._flush_lock:
+            ts = store._last_store_ts
+            flushed = store.commitlog.queue.flush()
+            self.flush_count += 1
         if ts:
             store.checkpoint.physic_msg_timestamp = ts
         return flushed
+
+    def _flush_to(self, target: int) -> int:
+        """Flush until ``target`` is durable; the offset reached (-1 when the flush failed)."""
+        try:
+            flushed = self._flush()
+            for _ in range(_FLUSH_ATTEMPTS - 1):
+                if flushed >= target:
+                    break
+                flushed = self._flush()
+        except (OSError, ValueError) as exc:  # a disk error, or the store was closed meanwhile
+            _log.error("CommitLog group commit failed: %s", exc)
+            return -1
+        return flushed
+
+    def _commit_round(self, loop: asyncio.AbstractEventLoop, started: float) -> None:
+        waiting = self._loop_rounds.pop(loop)
+        flushed = self._flush_to(max(off for off, _ in waiting))
+        in_time = time.monotonic() - started <= self._timeout
+        for off, fut in waiting:
+            if not fut.done():
+                ok = in_time and off <= flushed
+                fut.set_result(PutMessageStatus.PUT_OK if ok else PutMessageStatus.FLUSH_DISK_TIMEOUT)
 
     def run(self) -> None:
         if self.sync:
@@ -226,34 +246,15 @@ class _FlushService(threading.Thread):
         while True:
             with self._cond:
                 while not self._requests and not self._stopped:
-                    self._idle = True
                     self._cond.wait()
-                self._idle = False
                 reqs, self._requests = self._requests, []
                 stopped = self._stopped
-                self._peak = self._in_flight_max
-                self._in_flight_max = self._in_flight
             if reqs:
-                target = max(r[0] for r in reqs)
-                flushed = self._flush()
-                while flushed < target:
-                    flushed = self._flush()
+                flushed = self._flush_to(max(r[0] for r in reqs))
                 now = time.monotonic()
-                by_loop: dict[asyncio.AbstractEventLoop, list[tuple[Any, PutMessageStatus]]] = {}
-                for off, fut, deadline, loop in reqs:
+                for off, fut, deadline in reqs:
                     ok = off <= flushed and now <= deadline
-                    status = PutMessageStatus.PUT_OK if ok else PutMessageStatus.FLUSH_DISK_TIMEOUT
-                    if loop is None:
-                        fut.set_result(status)
-                    else:
-                        by_loop.setdefault(loop, []).append((fut, status))
-                with self._cond:
-                    self._in_flight -= len(reqs)
-                for loop, done in by_loop.items():
-                    try:
-                        loop.call_soon_threadsafe(_resolve_all, done)
-                    except RuntimeError:  # that loop is closed: nobody is waiting any more
-                        pass
+                    fut.set_result(PutMessageStatus.PUT_OK if ok else PutMessageStatus.FLUSH_DISK_TIMEOUT)
             if stopped and not self._requests:
                 return
 
