@@ -285,9 +285,10 @@ _ZEROS = bytes(_WARM_CHUNK)
 
 class _CommitLogWarmer(threading.Thread):
     """Writes zeros into the last CommitLog segment ahead of the write position (``pwrite`` releases
-    the GIL), so appends copy into page-cache pages that exist instead of faulting each one in; then
-    maps that chunk writable into the page tables (``MappedFile.populate``), so appends take no page
-    fault there at all. Flushes sync only the written range, so the chunk stays mapped until used.
+    the GIL) and syncs them, like RocketMQ's warmMappedFile, so appends copy into allocated page-cache
+    pages instead of faulting each one in; then maps that chunk writable into the page tables
+    (``MappedFile.populate``), so appends take no page fault there at all. Flushes sync only the
+    written range, so the chunk stays mapped until used.
 
     It never touches written bytes: under the put lock it picks a chunk at or past the write position
     and publishes its start in ``store._warm_busy_from``; puts bound their record below that until the
@@ -342,6 +343,9 @@ class _CommitLogWarmer(threading.Thread):
         finally:
             store._warm_busy_from = _NOT_WARMING
             store._warm_done.set()
+        # Synced at once (GIL released): the blocks are allocated and written now, so syncing records
+        # here later is a plain overwrite, with no allocation for the group commit to journal.
+        f.sync_range(start - f.file_from_offset, end - f.file_from_offset)
         if self._populate:  # the page-table entries too (contents untouched): no fault per page either
             self._populate = f.populate(start - f.file_from_offset, end - f.file_from_offset)
         self.warmed_to = end
