@@ -269,7 +269,7 @@ def test_sync_flush_group_commit_from_asyncio(tmp_path: Path) -> None:
         out = []
         for i in range(n):
             r = s.put_message(msg(body=b"x" * 100, qid=i % 4))
-            assert isinstance(r.durable, asyncio.Future)  # resolved by one wake-up per group commit
+            assert isinstance(r.durable, asyncio.Future)  # committed with this loop round's other puts
             out.append(await asyncio.wrap_future(r.durable))
             assert s.commitlog.queue.flushed_where >= r.physical_offset + r.wrote_bytes
         return out
@@ -281,8 +281,35 @@ def test_sync_flush_group_commit_from_asyncio(tmp_path: Path) -> None:
         results = asyncio.run(main())
         assert all(st is PutMessageStatus.PUT_OK for rs in results for st in rs)
         fs = s._flush_service
-        assert fs is not None and fs.flush_count < 16 * 20  # writers shared fsyncs
+        # the writers run in lockstep: each loop round holds one put of every writer, one commit each
+        assert fs is not None and fs.flush_count == 20
         assert s.commitlog.queue.flushed_where == s.commitlog.get_max_offset()
+    finally:
+        s.shutdown()
+
+
+def test_sync_flush_failure_answers_flush_disk_timeout(tmp_path: Path) -> None:
+    from concurrent.futures import Future
+
+    s = open_store(cfg(tmp_path, flush_disk_type="SYNC_FLUSH", mapped_file_size_commitlog=1 << 20))
+    queue = s.commitlog.queue
+
+    def failing_flush() -> int:
+        raise OSError(5, "Input/output error")
+
+    async def put_two() -> list[PutMessageStatus]:
+        rs = [s.put_message(msg(body=b"a")), s.put_message(msg(body=b"b"))]
+        return [await asyncio.wrap_future(r.durable) for r in rs if r.durable is not None]
+
+    try:
+        queue.flush = failing_flush  # type: ignore[method-assign]
+        assert asyncio.run(put_two()) == [PutMessageStatus.FLUSH_DISK_TIMEOUT] * 2  # from a loop
+        r = s.put_message(msg(body=b"c"))
+        assert isinstance(r.durable, Future)  # from a thread: the commit thread answers the same
+        assert r.durable.result(timeout=10) is PutMessageStatus.FLUSH_DISK_TIMEOUT
+        del queue.flush  # the disk is back: the next commit covers everything written
+        assert asyncio.run(put_two()) == [PutMessageStatus.PUT_OK] * 2
+        assert queue.flushed_where == s.commitlog.get_max_offset()
     finally:
         s.shutdown()
 
