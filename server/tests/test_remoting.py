@@ -205,11 +205,16 @@ async def test_bad_header_closes_after_serving_earlier_frames(server: RemotingSe
     writer.close()
 
 
+def start_calls(client: RemotingClient, code: int, n: int) -> list[asyncio.Future[RemotingCommand]]:
+    """``n`` concurrent requests of ``code`` on one connection, sent at once."""
+    return [asyncio.ensure_future(client.invoke(RemotingCommand.request(code), 5)) for _ in range(n)]
+
+
 @with_server
 async def test_bounded_inflight_pauses_reading(server: RemotingServer) -> None:
     misc: Misc = server.table[GATE]  # type: ignore[assignment]
     async with await RemotingClient.connect("127.0.0.1", server.port) as client:
-        futs = [asyncio.ensure_future(client.invoke(RemotingCommand.request(GATE), 5)) for _ in range(10)]
+        futs = start_calls(client, GATE, 10)
         await asyncio.sleep(0.2)
         assert misc.running == 4  # max_inflight; the rest wait in the backlog
         misc.gate.set()
@@ -222,7 +227,7 @@ async def test_bounded_inflight_pauses_reading(server: RemotingServer) -> None:
 async def test_pending_responses_follow_their_futures_and_count_as_in_flight(server: RemotingServer) -> None:
     later: Later = server.table[LATER]  # type: ignore[assignment]
     async with await RemotingClient.connect("127.0.0.1", server.port) as client:
-        futs = [asyncio.ensure_future(client.invoke(RemotingCommand.request(LATER), 5)) for _ in range(6)]
+        futs = start_calls(client, LATER, 6)
         await asyncio.sleep(0.2)
         assert len(later.futures) == 4  # max_inflight: two requests wait unread
         assert not any(f.done() for f in futs)
