@@ -114,7 +114,6 @@ class IndexDispatchProcess:
         p.set("committed_offset", committed)
         p.set("min_phy_offset", min_phy)
         p.set("stop", 0)
-        p.set("wanted_offset", 0)
         p.set("indexed_offset", -1)  # unknown until the dispatcher has loaded its files
         self._spawn()
 
@@ -151,8 +150,6 @@ class IndexDispatchProcess:
         """Block until everything committed now is indexed (False if ``timeout`` seconds pass first)."""
         p = self.progress
         target = p.get("committed_offset")
-        if p.get("wanted_offset") < target:
-            p.set("wanted_offset", target)  # a dispatcher waiting for appends to accumulate starts now
         deadline = time.monotonic() + timeout
         checked = 0.0
         while p.get("indexed_offset") < target:
@@ -250,10 +247,6 @@ def _store_closed(root: Path) -> bool:
     return True
 
 
-_CAUGHT_UP_WAIT = 0.1  # seconds between passes once caught up
-_CAUGHT_UP_SLICE = 0.005  # how often a waiting dispatcher looks for a query, a flush or a stop
-
-
 def run_dispatcher(args: DispatcherArgs) -> int:
     root = Path(args.root)
     progress = DispatchProgress(root / PROGRESS_FILE)
@@ -346,17 +339,9 @@ def run_dispatcher(args: DispatcherArgs) -> int:
             if progress.get("stop") and pos >= progress.get("committed_offset"):
                 break
             if pos >= progress.get("committed_offset"):
-                # Caught up: let appends accumulate for a while. Indexing in rare large batches
-                # disturbs a busy broker less (measured with bench/broker.py) than waking every few
-                # milliseconds; a query, a flush or a stop cuts the wait short.
-                wake = time.monotonic() + _CAUGHT_UP_WAIT
-                while (
-                    time.monotonic() < wake
-                    and progress.get("wanted_offset") <= pos
-                    and progress.get("flush_request") == flushed_req
-                    and not progress.get("stop")
-                ):
-                    time.sleep(_CAUGHT_UP_SLICE)
+                # caught up: let appends accumulate (fewer wake-ups on a busy machine; a query
+                # waits at most this long for the newest ones), longer once the store is idle
+                time.sleep(0.002 if now - idle_since < 1.0 else 0.01)
     finally:
         try:
             flush()

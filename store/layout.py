@@ -73,7 +73,6 @@ IndexDispatchProgress = Struct(
     "indexed_offset" / Int64sb,  # dispatcher: every record below is indexed
     "flushed_timestamp" / Int64sb,  # dispatcher: store time of the newest record indexed and flushed
     "flushed_request" / Int64sb,  # dispatcher: the flush_request the last flush answered
-    "wanted_offset" / Int64sb,  # store: a query waits for the index to reach this (index it now)
 )
 INDEX_DISPATCH_PROGRESS = fixed_struct(IndexDispatchProgress)
 
