@@ -285,8 +285,9 @@ _ZEROS = bytes(_WARM_CHUNK)
 
 class _CommitLogWarmer(threading.Thread):
     """Writes zeros into the last CommitLog segment ahead of the write position (``pwrite`` releases
-    the GIL) and syncs them, like RocketMQ's warmMappedFile, so appends copy into allocated page-cache
-    pages instead of faulting each one in; then maps that chunk writable into the page tables
+    the GIL) and, under SYNC_FLUSH, syncs them, like RocketMQ's warmMappedFile, so appends copy into
+    allocated page-cache pages instead of faulting each one in; then maps that chunk writable into the
+    page tables
     (``MappedFile.populate``), so appends take no page fault there at all. Flushes sync only the
     written range, so the chunk stays mapped until used.
 
@@ -301,6 +302,7 @@ class _CommitLogWarmer(threading.Thread):
         self._stop_event = threading.Event()
         self.warmed_to = 0  # absolute CommitLog offset: zeroed below, ahead of the write position
         self._populate = True
+        self._sync_ahead = store.config.flush_disk_type == SYNC_FLUSH
 
     def stop(self) -> None:
         self._stop_event.set()
@@ -343,9 +345,11 @@ class _CommitLogWarmer(threading.Thread):
         finally:
             store._warm_busy_from = _NOT_WARMING
             store._warm_done.set()
-        # Synced at once (GIL released): the blocks are allocated and written now, so syncing records
-        # here later is a plain overwrite, with no allocation for the group commit to journal.
-        f.sync_range(start - f.file_from_offset, end - f.file_from_offset)
+        if self._sync_ahead:
+            # SYNC_FLUSH (as RocketMQ's warmMappedFile): synced at once, GIL released, so the blocks
+            # are allocated and written now and a group commit here is a plain overwrite with no
+            # allocation to journal. Under ASYNC_FLUSH nobody waits for a flush: not worth the I/O.
+            f.sync_range(start - f.file_from_offset, end - f.file_from_offset)
         if self._populate:  # the page-table entries too (contents untouched): no fault per page either
             self._populate = f.populate(start - f.file_from_offset, end - f.file_from_offset)
         self.warmed_to = end
