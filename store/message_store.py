@@ -287,9 +287,8 @@ class _CommitLogWarmer(threading.Thread):
     """Writes zeros into the last CommitLog segment ahead of the write position (``pwrite`` releases
     the GIL) and, under SYNC_FLUSH, syncs them, like RocketMQ's warmMappedFile, so appends copy into
     allocated page-cache pages instead of faulting each one in; then maps that chunk writable into the
-    page tables
-    (``MappedFile.populate``), so appends take no page fault there at all. Flushes sync only the
-    written range, so the chunk stays mapped until used.
+    page tables (``MappedFile.populate``), so appends take no page fault there at all. Flushes sync
+    only the written range, so the chunk stays mapped until used.
 
     It never touches written bytes: under the put lock it picks a chunk at or past the write position
     and publishes its start in ``store._warm_busy_from``; puts bound their record below that until the
