@@ -222,8 +222,8 @@ class _FlushService(threading.Thread):
                 if flushed >= target:
                     break
                 flushed = self._flush()
-        except (OSError, ValueError) as exc:  # a disk error, or the store was closed meanwhile
-            _log.error("CommitLog group commit failed: %s", exc)
+        except Exception as exc:  # a disk error, the store closed meanwhile...: the waiters must hear
+            _log.error("CommitLog group commit failed: %s", exc, exc_info=not isinstance(exc, OSError))
             return -1
         return flushed
 
