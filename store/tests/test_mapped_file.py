@@ -66,7 +66,8 @@ def test_populate_keeps_the_contents_and_spares_the_writer_its_page_faults(tmp_p
         pages = 200
         on_populated = faults_writing(4 * PAGE_SIZE, pages)
         on_untouched = faults_writing(SIZE // 2, pages)
-        assert on_untouched >= pages // 2  # the control: first writes do fault here
-        assert on_populated < pages // 10
+        # the control: first writes do fault there (one per page, or one per large folio)
+        assert on_untouched >= 4
+        assert on_populated * 4 <= on_untouched
     finally:
         f.close()
