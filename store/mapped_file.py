@@ -140,7 +140,7 @@ class MappedFile:
     def populate(self, start: int, end: int) -> bool:
         """Map ``[start, end)`` writable into the page tables now (GIL released), so the writer's first
         touch of each page does not fault; False when the kernel cannot."""
-        if not self._address or _madvise is None or not self._open:
+        if not self._address or not self._open:  # an address only when libc's msync/madvise loaded
             return False
         start -= start % PAGE_SIZE
         return _madvise(self._address + start, end - start, _MADV_POPULATE_WRITE) == 0
