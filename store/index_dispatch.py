@@ -26,23 +26,10 @@ from pathlib import Path
 from rmqgate.store.index_file import IndexService
 from rmqgate.store.layout import INDEX_DISPATCH_FIELDS, INDEX_DISPATCH_PROGRESS
 from rmqgate.store.mapped_file import offset_to_file_name
-from rmqgate.wire.errors import MessageFormatError
-from rmqgate.wire.message import (
-    BLANK_MAGIC,
-    PROPERTY_KEYS,
-    PROPERTY_UNIQ_KEY,
-    RECORD_PREFIX,
-    MessageSysFlag,
-    decode_index_fields,
-    java_string_hash,
-    property_value,
-)
+from rmqgate.wire.message import java_string_hash, scan_index_records
 
 PROGRESS_FILE = "index.dispatch"
 _PROGRESS_SIZE = max(4096, INDEX_DISPATCH_PROGRESS.size)
-_TX_MASK = MessageSysFlag.TRANSACTION_MASK
-_TX_ROLLBACK = MessageSysFlag.TRANSACTION_ROLLBACK
-_unpack_prefix = RECORD_PREFIX.unpack_from
 _log = logging.getLogger(__name__)
 
 
@@ -197,8 +184,7 @@ class _CommitLogFollower:
         self.dir = root / "commitlog"
         self.file_size = file_size
         self._start = -1
-        self._mm: mmap.mmap | None = None
-        self.buf: memoryview | None = None
+        self.mm: mmap.mmap | None = None
 
     def segment(self, pos: int) -> int:
         """Map the segment holding ``pos``; returns its start, or -1 when no such file exists."""
@@ -210,10 +196,9 @@ class _CommitLogFollower:
             except FileNotFoundError:
                 return -1
             try:
-                self._mm = mmap.mmap(fd, self.file_size, prot=mmap.PROT_READ)
+                self.mm = mmap.mmap(fd, self.file_size, prot=mmap.PROT_READ)
             finally:
                 os.close(fd)
-            self.buf = memoryview(self._mm)
             self._start = start
         return start
 
@@ -223,12 +208,9 @@ class _CommitLogFollower:
         return next((s for s in starts if s >= pos - pos % self.file_size), None)
 
     def close(self) -> None:
-        if self.buf is not None:
-            self.buf.release()
-            self.buf = None
-        if self._mm is not None:
-            self._mm.close()
-            self._mm = None
+        if self.mm is not None:
+            self.mm.close()
+            self.mm = None
         self._start = -1
 
 
@@ -295,28 +277,19 @@ def run_dispatcher(args: DispatcherArgs) -> int:
                     nxt = log.next_segment(pos)
                     pos = committed if nxt is None else max(nxt, pos)
                     continue
-                buf = log.buf
+                buf = log.mm
                 assert buf is not None
-                rel = pos - start
                 end = min(committed - start, args.commitlog_file_size)
-                scanned = 0
-                while rel < end and scanned < 4096:
-                    if _unpack_prefix(buf, rel)[1] == BLANK_MAGIC:
-                        rel = args.commitlog_file_size
-                        break
-                    try:
-                        total, sys_flag, store_ts, topic, props = decode_index_fields(buf, rel)
-                    except MessageFormatError as exc:  # below the committed offset: a bug, not a tear
-                        _log.error("index dispatch skips the rest of segment %d: %s", start, exc)
-                        rel = args.commitlog_file_size
-                        break
-                    keys = property_value(props, PROPERTY_KEYS)
-                    uniq = property_value(props, PROPERTY_UNIQ_KEY)
-                    if (keys or uniq) and sys_flag & _TX_MASK != _TX_ROLLBACK:
-                        index.build_index(topic, keys, uniq, start + rel, store_ts)
-                    last_ts = store_ts
-                    rel += total
-                    scanned += 1
+                scan = scan_index_records(buf, pos - start, end, 4096)
+                if scan.records:
+                    index.build_index_records(scan.records, start)
+                if scan.last_store_timestamp:
+                    last_ts = scan.last_store_timestamp
+                rel = scan.end
+                if scan.stopped is not None:
+                    if scan.stopped != "blank":  # below the committed offset: a bug, not a tear
+                        _log.error("index dispatch skips the rest of segment %d: %s", start, scan.stopped)
+                    rel = args.commitlog_file_size
                 pos = start + rel
                 pack_indexed(progress.mm, indexed_pos, pos)
                 idle_since = time.monotonic()

@@ -9,13 +9,17 @@ from pathlib import Path
 
 from rmqgate.store.layout import INDEX_ENTRY, INDEX_HEADER, INDEX_HEADER_SIZE, INDEX_SLOT
 from rmqgate.store.mapped_file import MappedFile
-from rmqgate.wire.message import java_string_hash
+from rmqgate.wire.message import MessageSysFlag, java_string_hash
 
 _entry_pack = INDEX_ENTRY.pack_into
 _entry_unpack = INDEX_ENTRY.unpack_from
 _slot_pack = INDEX_SLOT.pack_into
 _slot_unpack = INDEX_SLOT.unpack_from
 _INT_MAX = 0x7FFFFFFF
+_TX_MASK = MessageSysFlag.TRANSACTION_MASK
+_TX_ROLLBACK = MessageSysFlag.TRANSACTION_ROLLBACK
+#: (position, sysFlag, store timestamp, topic, KEYS, UNIQ_KEY): one message to index.
+IndexRecord = tuple[int, int, int, "str | bytes", "str | bytes | None", "str | bytes | None"]
 
 
 def index_file_name(ms: int) -> str:
@@ -80,44 +84,51 @@ class IndexFile:
         return self.put_keys((key_hash,), phy_offset, store_timestamp) == 1
 
     def put_keys(self, key_hashes: Sequence[int], phy_offset: int, store_timestamp: int) -> int:
-        """Append one entry per hash (the keys of one message); returns how many fit in this file.
+        """Append one entry per hash (the keys of one message); returns how many fit in this file."""
+        return self.put_entries([(h, phy_offset, store_timestamp) for h in key_hashes], 0)
+
+    def put_entries(self, entries: Sequence[tuple[int, int, int]], start: int) -> int:
+        """Append ``entries[start:]`` (key hash, CommitLog offset, store timestamp; offsets not
+        decreasing) until the file is full; returns how many were written.
 
         All entries are written, then the header once, then the slots: a process killed in between
         leaves at worst unlinked entries (their message is re-indexed on recovery), never a slot
-        pointing past index_count."""
+        pointing past index_count. Entries sharing a slot chain to each other in order."""
         count = self.index_count
-        n = len(key_hashes)
-        if n > self.index_num - count:
-            n = self.index_num - count
-            if n <= 0:
-                return 0
-            key_hashes = key_hashes[:n]
+        n = min(len(entries) - start, self.index_num - count)
+        if n <= 0:
+            return 0
         buf = self.buf
         slots = self.hash_slot_num
         begin = self.begin_timestamp
-        diff = 0 if begin <= 0 else min(max((store_timestamp - begin) // 1000, 0), _INT_MAX)
-        linked: dict[int, int] = {}  # slot position -> index number, for this message's entries
+        linked: dict[int, int] = {}  # slot position -> newest index number written here
         idx = count
         pos = self.entries_pos + count * 20
-        for key_hash in key_hashes:
+        diff_ts = diff = -1
+        phy = ts = 0
+        for i in range(start, start + n):
+            key_hash, phy, ts = entries[i]
+            if idx <= 1:  # the file's first entry sets begin_timestamp: later ones are relative to it
+                begin = self.begin_timestamp = ts
+                self.begin_phy_offset = phy
+                diff_ts, diff = ts, 0
+            elif ts != diff_ts:
+                diff_ts = ts
+                diff = 0 if begin <= 0 else min(max((ts - begin) // 1000, 0), _INT_MAX)
             slot_pos = INDEX_HEADER_SIZE + key_hash % slots * 4
             prev = linked.get(slot_pos)
             if prev is None:
                 prev = _slot_unpack(buf, slot_pos)[0]
                 if prev <= 0 or prev > count:
                     prev = 0
-            _entry_pack(buf, pos, key_hash, phy_offset, diff, prev)
+            _entry_pack(buf, pos, key_hash, phy, diff, prev)
             linked[slot_pos] = idx
-            if idx <= 1:  # the file's first entry sets begin_timestamp: later ones are relative to it
-                diff = 0
-                self.begin_phy_offset = phy_offset
-                self.begin_timestamp = store_timestamp
             idx += 1
             pos += 20
         self.hash_slot_count += n
         self.index_count = idx
-        self.end_phy_offset = phy_offset
-        self.end_timestamp = store_timestamp
+        self.end_phy_offset = phy
+        self.end_timestamp = ts
         self._write_header()
         for slot_pos, i in linked.items():
             _slot_pack(buf, slot_pos, i)
@@ -296,45 +307,72 @@ class IndexService:
     def build_index(
         self, topic: str, keys: str | None, uniq_key: str | None, phy_offset: int, store_timestamp: int
     ) -> None:
+        """Index one message's UNIQ_KEY and KEYS tokens (``IndexService.buildIndex``)."""
+        self.build_index_records([(phy_offset, 0, store_timestamp, topic, keys, uniq_key)], 0)
+
+    def build_index_records(self, records: Sequence[IndexRecord], base: int) -> None:
+        """Index many messages at once: ``(position, sysFlag, store timestamp, topic, KEYS,
+        UNIQ_KEY)``, positions relative to ``base`` and increasing, texts as str or UTF-8 bytes (what
+        ``scan_index_records`` finds). Rolled-back transaction messages are not indexed; messages
+        below the newest file's end offset were indexed before (a re-dispatch after recovery) and
+        are skipped, except the one at that offset, which a kept file may hold only part of (queries
+        drop the duplicates)."""
         files = self.files
         f = files[-1] if files else None
         if f is None or f.index_count >= f.index_num:
             f = self._last_file()
-        if phy_offset < f.end_phy_offset:
-            # already indexed (re-dispatch after recovery); the message at end_phy_offset itself may
-            # have only part of its keys in a kept file, so it is indexed again (queries dedupe)
-            return
-        if self._chains:
-            hashes = []
-            if uniq_key:
-                hashes.append(self._topic_key_hash(topic, uniq_key))
+        done_below = f.end_phy_offset - base
+        key_hash = self._topic_key_hash if self._chains else self._joined_key_hash
+        entries: list[tuple[int, int, int]] = []
+        append = entries.append
+        for pos, sys_flag, ts, topic, keys, uniq in records:
+            if pos < done_below or sys_flag & _TX_MASK == _TX_ROLLBACK:
+                continue
+            phy = base + pos
+            if uniq:
+                append((key_hash(topic, uniq), phy, ts))
             if keys:
-                for k in keys.split(" "):
+                for k in keys.split(b" " if type(keys) is bytes else " "):
                     if k:
-                        hashes.append(self._topic_key_hash(topic, k))
-        else:
-            hashes = []
-            if uniq_key:
-                hashes.append(self.key_hash(f"{topic}#{uniq_key}"))
-            if keys:
-                hashes.extend(self.key_hash(f"{topic}#{k}") for k in keys.split(" ") if k)
-        while hashes:
-            done = f.put_keys(hashes, phy_offset, store_timestamp)
-            if done == len(hashes):
-                return
-            del hashes[:done]
-            f = self._last_file()
+                        append((key_hash(topic, k), phy, ts))
+        start = 0
+        while start < len(entries):
+            start += f.put_entries(entries, start)
+            if start < len(entries):
+                f = self._last_file()
 
-    def _topic_key_hash(self, topic: str, key: str) -> int:
-        """``key_hash(topic + "#" + key)`` from cached seeds: the hash of "topic#" and of "topic#" plus
-        all but the last 12 characters of long keys (ids such as UNIQ_KEY share long prefixes: a
-        producer's address and pid), so mostly only a key's tail is hashed."""
+    def _joined_key_hash(self, topic: str | bytes, key: str | bytes) -> int:
+        if type(topic) is bytes:
+            topic = topic.decode("utf-8", "replace")
+        if type(key) is bytes:
+            key = key.decode("utf-8", "replace")
+        return self.key_hash(f"{topic}#{key}")
+
+    def _topic_key_hash(self, topic: str | bytes, key: str | bytes) -> int:
+        """``key_hash(topic + "#" + key)`` from cached seeds: the hash of "topic#", and of "topic#" plus
+        all but the last few characters of a key (ids such as UNIQ_KEY share long prefixes, a
+        producer's address, pid and time, and differ in a counter at the end), so mostly only a
+        key's tail is hashed: for ASCII bytes, the last four in plain arithmetic. Other bytes are
+        decoded first (a cut must not split a character)."""
         seeds = self._topic_seeds.get(topic)
         if seeds is None:
             if len(self._topic_seeds) >= 1024:
                 self._topic_seeds.clear()
-            seeds = self._topic_seeds[topic] = (self._java_hash(topic + "#"), {})
+            seeds = self._topic_seeds[topic] = (self._java_hash("#", self._java_hash(topic)), {})
         seed, heads = seeds
+        if type(key) is bytes:
+            if not key.isascii():
+                key = key.decode("utf-8", "replace")
+            elif len(key) > 4:
+                head = key[:-4]
+                hseed = heads.get(head)
+                if hseed is None:
+                    if len(heads) >= 1024:
+                        heads.clear()
+                    hseed = heads[head] = self._java_hash(head, seed)
+                # hseed * 31**4 + the last four code units, weighted 31**3 .. 1
+                h = (hseed * 923521 + key[-4] * 29791 + key[-3] * 961 + key[-2] * 31 + key[-1]) & 0xFFFFFFFF
+                return _abs_hash(h - 0x100000000 if h & 0x80000000 else h)
         if len(key) > 16:
             head = key[:-12]
             hseed = heads.get(head)

@@ -7,13 +7,14 @@ positions derived from those declarations (specialised per sysFlag host widths a
 
 from __future__ import annotations
 
+import mmap
 import struct
 import zlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 from operator import mul
-from typing import Any
+from typing import Any, NamedTuple
 
 from construct import (
     Bytes,
@@ -239,6 +240,17 @@ def _run_struct(layout: list[tuple[str, str, int]], first: str, last: str) -> tu
     return layout[i][2], struct.Struct(">" + "".join(code for _, code, _ in layout[i : j + 1]))
 
 
+def _pick_struct(layout: list[tuple[str, str, int]], *names: str) -> struct.Struct:
+    """``struct.Struct`` reading just the named fields of a fixed layout (in layout order), skipping
+    the bytes between them."""
+    fmt, at = ">", 0
+    for name, code, pos in layout:
+        if name in names:
+            fmt += (f"{pos - at}x" if pos > at else "") + code
+            at = pos + struct.calcsize(">" + code)
+    return struct.Struct(fmt)
+
+
 def _ctx(sys_flag: int = 0, magic: int = MAGIC_V1) -> dict[str, int]:
     return {"sys_flag": sys_flag, "magic": magic}
 
@@ -449,49 +461,98 @@ _BODY_LENGTH_POS = {hf: st.size - 4 for hf, st in _FIXED.items()}  # body length
 _unpack_int = _TOTAL_SIZE.unpack_from
 
 
-def decode_index_fields(buf: Buffer, offset: int) -> tuple[int, int, int, str, str]:
-    """What an index dispatcher needs of the record at ``buf[offset:]``, without building a message:
-    ``(total size, sysFlag, store timestamp, topic, properties string)``. Raises
-    ``MessageFormatError`` when the record's lengths disagree."""
-    try:
-        total, magic = _unpack_prefix(buf, offset)
-        (sys_flag,) = _unpack_int(buf, offset + SYSFLAG_POS)
-        hf = sys_flag & _HOST_FLAGS
-        (store_ts,) = _STORE_TIMESTAMP.unpack_from(buf, offset + _STORE_TS_POS[hf])
-        (body_len,) = _unpack_int(buf, offset + _BODY_LENGTH_POS[hf])
-        unpack_topic_len, topic_prefix = _TOPIC_UNPACK[magic]
-        pos = offset + _BODY_LENGTH_POS[hf] + 4 + body_len
-        (topic_len,) = unpack_topic_len(buf, pos)
-        pos += topic_prefix
-        topic = str(buf[pos : pos + topic_len], "utf-8")
-        pos += topic_len
-        (props_len,) = _unpack_props_len(buf, pos)
-        pos += 2
-        end = offset + total
-        if body_len < 0 or topic_len < 0 or props_len < 0 or pos + props_len != end or end > len(buf):
-            raise MessageFormatError(f"record lengths disagree with total size {total} at offset {offset}")
-        props = str(buf[pos:end], "utf-8") if props_len else ""
-    except (struct.error, KeyError) as exc:
-        raise MessageFormatError(f"truncated or unknown record at offset {offset}: {exc}") from None
-    except UnicodeDecodeError as exc:
-        raise MessageFormatError(f"invalid UTF-8 in the record at offset {offset}: {exc}") from None
-    return total, sys_flag, store_ts, topic, props
+class IndexScan(NamedTuple):
+    """What ``scan_index_records`` found: records with KEYS or UNIQ_KEY as ``(position, sysFlag,
+    store timestamp, topic, KEYS, UNIQ_KEY)`` (topic and values as UTF-8 bytes, absent values None),
+    where the scan stopped, the store timestamp of the last record read (0 if none) and why it
+    stopped early (``"blank"`` at the end-of-file BLANK record, else what is wrong with the record
+    at ``end``), None when it reached the end or the record limit."""
+
+    records: list[tuple[int, int, int, bytes, bytes | None, bytes | None]]
+    end: int
+    last_store_timestamp: int
+    stopped: str | None
 
 
-def property_value(properties: str, name: str) -> str | None:
-    """``parse_properties(properties).get(name)`` without parsing the other properties."""
-    key = name + NAME_VALUE_SEPARATOR
-    i = len(properties)
+#: Per host-width combination: (total size, magic, sysFlag, store timestamp, body length) in one unpack.
+_INDEX_PICK = {
+    hf: _pick_struct(lay, "total_size", "magic", "sys_flag", "store_timestamp", "body_length").unpack_from
+    for hf, lay in _LAYOUTS.items()
+}
+_KEYS_PAIR = (PROPERTY_KEYS + NAME_VALUE_SEPARATOR).encode()
+_UNIQ_KEY_PAIR = (PROPERTY_UNIQ_KEY + NAME_VALUE_SEPARATOR).encode()
+_PROPERTY_SEPARATOR_BYTES = PROPERTY_SEPARATOR.encode()
+_PROPERTY_SEPARATOR_CODE = ord(PROPERTY_SEPARATOR)
+
+
+def _property_bytes(buf: bytes | bytearray | mmap.mmap, pair: bytes, start: int, end: int) -> bytes | None:
+    """``parse_properties(...).get(name)`` over the UTF-8 properties at ``buf[start:end]`` without
+    parsing the others, ``pair`` being the encoded name and separator: the last pair whose name is
+    exactly that (at the start or after a separator) and whose value is not empty. The separators
+    never occur inside a multi-byte UTF-8 sequence."""
+    i = end
     while True:
-        i = properties.rfind(key, 0, i)
+        i = buf.rfind(pair, start, i)
         if i < 0:
             return None
-        if i == 0 or properties[i - 1] == PROPERTY_SEPARATOR:  # not a longer name ending in ``name``
-            start = i + len(key)
-            end = properties.find(PROPERTY_SEPARATOR, start)
-            value = properties[start:] if end < 0 else properties[start:end]
-            if value:  # parse_properties skips empty values: an earlier one stands
-                return value
+        if i == start or buf[i - 1] == _PROPERTY_SEPARATOR_CODE:
+            value_at = i + len(pair)
+            value_end = buf.find(_PROPERTY_SEPARATOR_BYTES, value_at, end)
+            if value_end < 0:
+                value_end = end
+            if value_end > value_at:
+                return buf[value_at:value_end]
+
+
+def scan_index_records(buf: bytes | bytearray | mmap.mmap, pos: int, end: int, max_records: int) -> IndexScan:
+    """Read the records in ``buf[pos:end]`` (a CommitLog segment; at most ``max_records``) for an
+    index dispatcher: per record one unpack of its fixed fields, the topic and the KEYS and UNIQ_KEY
+    values as bytes, with no message, string or Python frame built."""
+    records: list[tuple[int, int, int, bytes, bytes | None, bytes | None]] = []
+    append = records.append
+    pick_v4 = _INDEX_PICK[0]
+    last_ts = 0
+    size = len(buf)
+    scanned = 0
+    while pos < end and scanned < max_records:
+        try:
+            total, magic, sys_flag, store_ts, body_len = pick_v4(buf, pos)
+            if magic == BLANK_MAGIC:
+                return IndexScan(records, pos, last_ts, "blank")
+            hf = sys_flag & _HOST_FLAGS
+            if hf:
+                total, magic, sys_flag, store_ts, body_len = _INDEX_PICK[hf](buf, pos)
+            unpack_topic_len, topic_prefix = _TOPIC_UNPACK[magic]
+            at = pos + _BODY_LENGTH_POS[hf] + 4 + body_len
+            (topic_len,) = unpack_topic_len(buf, at)
+            at += topic_prefix
+            topic_end = at + topic_len
+            (props_len,) = _unpack_props_len(buf, topic_end)
+        except (struct.error, KeyError) as exc:
+            if pos + RECORD_PREFIX.size <= size and _unpack_prefix(buf, pos)[1] == BLANK_MAGIC:
+                return IndexScan(records, pos, last_ts, "blank")  # in the last bytes of the segment
+            return IndexScan(records, pos, last_ts, f"truncated or unknown record at offset {pos}: {exc}")
+        props_at = topic_end + 2
+        record_end = pos + total
+        if (
+            body_len < 0
+            or topic_len < 0
+            or props_len < 0
+            or props_at + props_len != record_end
+            or record_end > size
+        ):
+            return IndexScan(
+                records, pos, last_ts, f"record lengths disagree with total size {total} at offset {pos}"
+            )
+        if props_len:
+            keys = _property_bytes(buf, _KEYS_PAIR, props_at, record_end)
+            uniq = _property_bytes(buf, _UNIQ_KEY_PAIR, props_at, record_end)
+            if keys or uniq:
+                append((pos, sys_flag, store_ts, buf[at:topic_end], keys, uniq))
+        last_ts = store_ts
+        pos = record_end
+        scanned += 1
+    return IndexScan(records, pos, last_ts, None)
 
 
 def decode_message(
@@ -970,16 +1031,20 @@ _POW31 = tuple(pow(31, k, 1 << 32) for k in range(257))
 _CHUNK = 256
 
 
-def java_string_hash(s: str, seed: int = 0) -> int:
+def java_string_hash(s: str | bytes, seed: int = 0) -> int:
     """Java ``String.hashCode()``: int32 arithmetic over UTF-16 code units, signed result.
 
     ``seed`` is the hash of a prefix: ``java_string_hash(b, java_string_hash(a)) == java_string_hash(a + b)``.
-    The polynomial is summed in C (``map(mul)`` over the reversed units and a table of powers of 31)
-    instead of a per-unit Python loop.
+    ``s`` may also be UTF-8 bytes, hashed as the string they decode to (malformed input replaced, as
+    Java's ``new String(bytes, UTF_8)`` does); ASCII bytes are their own code units, so nothing is
+    decoded. The polynomial is summed in C (``map(mul)`` over the reversed units and a table of
+    powers of 31) instead of a per-unit Python loop.
     """
     if s.isascii():
-        units: Any = s.encode("ascii")
+        units: Any = s if type(s) is bytes else s.encode("ascii")
     else:
+        if type(s) is bytes:
+            s = s.decode("utf-8", "replace")
         data = s.encode("utf-16-be", "surrogatepass")
         units = struct.unpack(f">{len(data) // 2}H", data)
     table = _POW31

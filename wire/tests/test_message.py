@@ -402,6 +402,13 @@ def test_java_string_hash_matches_the_loop_and_chains_prefixes(s: str, data: st.
     assert m.java_string_hash(s) == _java_hash_loop(s)
     cut = data.draw(st.integers(0, len(s)))
     assert m.java_string_hash(s[cut:], m.java_string_hash(s[:cut])) == _java_hash_loop(s)
+    try:
+        raw = s.encode()
+    except UnicodeEncodeError:  # lone surrogates: no UTF-8 bytes to hash
+        return
+    assert m.java_string_hash(raw) == _java_hash_loop(s)  # bytes hash as the text they encode
+    head = s[:cut].encode()
+    assert m.java_string_hash(raw[len(head) :], m.java_string_hash(head)) == _java_hash_loop(s)
 
 
 def test_sys_flag_helpers() -> None:
@@ -805,45 +812,102 @@ def test_decode_accepts_any_buffer(kind) -> None:
     assert copied.born_host == b"\x7f\x00\x00\x01" and type(copied.born_host) is bytes
 
 
+def _index_view(msg: MessageExt) -> tuple[int, int, int, bytes, bytes | None, bytes | None]:
+    """What scan_index_records should report of a message, from the full decoder."""
+    keys, uniq = msg.properties.get("KEYS"), msg.properties.get("UNIQ_KEY")
+    return (
+        msg.commit_log_offset,
+        msg.sys_flag,
+        msg.store_timestamp,
+        msg.topic.encode(),
+        keys.encode() if keys else None,
+        uniq.encode() if uniq else None,
+    )
+
+
+def test_scan_index_records_reads_the_java_store_as_decode_message_does(commitlog) -> None:
+    for base, data, msgs in commitlog:
+        want = [_index_view(msg) for msg in msgs if "KEYS" in msg.properties or "UNIQ_KEY" in msg.properties]
+        assert want, "the golden store has messages with keys"
+        got, pos = [], 0
+        while True:  # small chunks: each call resumes where the last stopped
+            scan = m.scan_index_records(data, pos, len(data), 3)
+            got += [(base + p, *rest) for p, *rest in scan.records]
+            pos = scan.end
+            if scan.stopped is not None or scan.end >= len(data) or not scan.last_store_timestamp:
+                break
+        assert got == want
+        assert scan.last_store_timestamp in (0, msgs[-1].store_timestamp)
+        if base != commitlog[-1][0]:
+            assert (scan.stopped, scan.end) == ("blank", sum(msg.store_size for msg in msgs))
+
+
 @given(
     st.lists(
         st.tuples(
             st.sampled_from(["KEYS", "UNIQ_KEY", "XKEYS", "KEYSX", "", "TAGS"]),
-            st.text(alphabet="ab\x01 K", max_size=4),
+            st.text(alphabet="ab\x01 Ké", max_size=4),
         ),
         max_size=6,
     )
 )
-def test_property_value_agrees_with_parse_properties(pairs: list[tuple[str, str]]) -> None:
+def test_scan_index_records_finds_the_keys_parse_properties_finds(pairs: list[tuple[str, str]]) -> None:
     text = "\x02".join(f"{k}\x01{v}" if k or v else "" for k, v in pairs)
-    for name in ("KEYS", "UNIQ_KEY", "TAGS"):
-        assert m.property_value(text, name) == m.parse_properties(text).get(name), (text, name)
+    props = m.parse_properties(text)
+    msg = MessageExt("T", body=b"b", properties=props, properties_raw=text)
+    rec = bytes(m.encode_message(msg))
+    assert m.decode_message(rec).properties_raw == text
+    scan = m.scan_index_records(rec, 0, len(rec), 10)
+    keys, uniq = props.get("KEYS"), props.get("UNIQ_KEY")
+    if keys or uniq:
+        assert scan.records == [(0, 0, 0, b"T", keys and keys.encode(), uniq and uniq.encode())]
+    else:
+        assert scan.records == []
+    assert (scan.end, scan.stopped) == (len(rec), None)
 
 
-def test_decode_index_fields_reads_what_decode_message_reads() -> None:
-    for sys_flag, born, store, topic in [
-        (0, b"\x7f\x00\x00\x01", b"\x0a\x00\x00\x02", "T"),
-        (MessageSysFlag.BORNHOST_V6 | MessageSysFlag.STOREHOST_V6, bytes(16), bytes(range(16)), "Tv6"),
-        (MessageSysFlag.TRANSACTION_ROLLBACK, b"\x01\x02\x03\x04", b"\x05\x06\x07\x08", "L" * 200),
-    ]:
+def test_scan_index_records_host_widths_v2_topics_limits_and_damage() -> None:
+    v6 = MessageSysFlag.BORNHOST_V6 | MessageSysFlag.STOREHOST_V6
+    buf = bytearray()
+    want = []
+    for i, (sys_flag, born, store, topic, props) in enumerate(
+        [
+            (0, b"\x7f\x00\x00\x01", b"\x0a\x00\x00\x02", "T", {"KEYS": "a b", "UNIQ_KEY": "U1"}),
+            (v6, bytes(16), bytes(range(16)), "Tv6", {"KEYS": "k"}),
+            (MessageSysFlag.BORNHOST_V6, bytes(16), bytes(4), "Tb6", {"UNIQ_KEY": "U3", "TAGS": "t"}),
+            (MessageSysFlag.TRANSACTION_ROLLBACK, b"\x01\x02\x03\x04", bytes(4), "L" * 200, {"KEYS": "é"}),
+            (0, bytes(4), bytes(4), "NoKeys", {"TAGS": "x"}),
+        ]
+    ):
         msg = MessageExt(
             topic,
-            body=b"x" * 300,
+            body=b"x" * (300 + i),
             sys_flag=sys_flag,
             born_host=born,
             store_host=store,
-            store_timestamp=1_700_000_000_123,
-            properties={"KEYS": "a b", "UNIQ_KEY": "U1"},
+            store_timestamp=1_700_000_000_123 + i,
+            commit_log_offset=len(buf),
+            properties=props,
         )
-        rec = b"\x00" * 7 + bytes(m.encode_message(msg))
-        total, flag, ts, t, props = m.decode_index_fields(rec, 7)
-        d = m.decode_message(rec, 7, with_body=False)
-        assert (total, flag, ts, t, m.parse_properties(props)) == (
-            d.store_size,
-            d.sys_flag,
-            d.store_timestamp,
-            d.topic,
-            d.properties,
+        buf += m.encode_message(msg)
+        if "KEYS" in props or "UNIQ_KEY" in props:
+            want.append(_index_view(m.decode_message(buf, msg.commit_log_offset)))
+    records_end = len(buf)
+    scan = m.scan_index_records(buf, 0, records_end, 100)
+    assert scan == m.IndexScan(want, records_end, 1_700_000_000_127, None)
+    assert m.scan_index_records(buf, 0, records_end, 2) == m.IndexScan(
+        want[:2], want[2][0], 1_700_000_000_124, None
+    )
+    # the end-of-file BLANK record, also when it is all that is left of the segment
+    for tail in (200, 8):
+        seg = bytes(buf) + m.encode_blank(tail) + bytes(tail - 8)
+        assert m.scan_index_records(seg, 0, len(seg), 100) == m.IndexScan(
+            want, records_end, 1_700_000_000_127, "blank"
         )
-        with pytest.raises(MessageFormatError):
-            m.decode_index_fields(rec[: 7 + total - 1], 7)
+    # a torn last record: what came before is reported, and where and why the scan stopped
+    scan = m.scan_index_records(buf[:-1], 0, records_end, 100)
+    assert scan.records == want and scan.end < records_end and "offset" in (scan.stopped or "")
+    bad = bytearray(buf)
+    struct.pack_into(">i", bad, want[1][0], 5000)  # the second record's total size lies
+    scan = m.scan_index_records(bad, 0, records_end, 100)
+    assert scan.records == want[:1] and scan.end == want[1][0] and "disagree" in (scan.stopped or "")
