@@ -118,3 +118,13 @@ def test_records_indexed_in_batches_equal_messages_indexed_key_by_key(tmp_path: 
     )
     batched.close()
     alone.close()
+
+
+def test_malformed_utf8_keys_are_indexed_as_java_decodes_them(tmp_path: Path) -> None:
+    """Bytes that are not UTF-8 (another writer's record) index as the text Java's decoder makes of
+    them, with U+FFFD for what does not decode, instead of stopping the dispatcher."""
+    svc = IndexService(tmp_path, 7, 20, java_string_hash)
+    svc.build_index_records([(0, 0, 1_700_000_000_000, b"T\xff", b"ok bad\xfe\xff", b"U\xc3")], 500)
+    for key in ("ok", "bad\ufffd\ufffd", "U\ufffd"):
+        assert svc.query_offset("T\ufffd", key, 8, 0, 1 << 62)[0] == [500], key
+    svc.close()
