@@ -28,6 +28,8 @@ try:
 except (OSError, AttributeError):  # no libc msync: whole-file fdatasync instead
     _msync = _madvise = None
 _MADV_POPULATE_WRITE = 23  # Linux 5.14+; older kernels answer EINVAL and the writer faults pages in
+_MADV_NORMAL = 0
+_MADV_RANDOM = 1
 
 
 def _mapping_address(mm: mmap.mmap) -> int:
@@ -139,11 +141,21 @@ class MappedFile:
 
     def populate(self, start: int, end: int) -> bool:
         """Map ``[start, end)`` writable into the page tables now (GIL released), so the writer's first
-        touch of each page does not fault; False when the kernel cannot."""
+        touch of each page does not fault; False when the kernel cannot.
+
+        Readahead is off meanwhile (MADV_RANDOM, then MADV_NORMAL again for later readers). A fault
+        that read ahead (the writer's first touch of a sparse segment) leaves a marker; a populating
+        fault on it reads the next window ahead and marks that one, chunk after chunk: every page
+        zero-filled twice, 80% of the warmer's CPU in a broker profile."""
         if not self._address or not self._open:  # an address only when libc's msync/madvise loaded
             return False
         start -= start % PAGE_SIZE
-        return _madvise(self._address + start, end - start, _MADV_POPULATE_WRITE) == 0
+        address, length = self._address + start, end - start
+        _madvise(address, length, _MADV_RANDOM)
+        try:
+            return _madvise(address, length, _MADV_POPULATE_WRITE) == 0
+        finally:
+            _madvise(address, length, _MADV_NORMAL)
 
     def flush(self) -> int:
         """Sync what was written since the last flush; returns the flushed position."""

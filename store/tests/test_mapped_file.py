@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import os
 import resource
 from pathlib import Path
@@ -70,5 +71,39 @@ def test_populate_keeps_the_contents_and_spares_the_writer_its_page_faults(tmp_p
         # the control: first writes do fault there (one per page, or one per large folio)
         assert on_untouched >= 4
         assert on_populated * 4 <= on_untouched
+    finally:
+        f.close()
+
+
+def _resident_pages(f: MappedFile, start: int, end: int) -> int:
+    """How many pages of ``[start, end)`` of the mapping are in the page cache (mincore)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mincore.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p)
+    vec = (ctypes.c_ubyte * ((end - start) // PAGE_SIZE))()
+    address = ctypes.addressof(ctypes.c_char.from_buffer(f.mm)) + start
+    assert libc.mincore(address, end - start, vec) == 0, os.strerror(ctypes.get_errno())
+    return sum(b & 1 for b in vec)
+
+
+def test_populate_does_not_carry_readahead_past_the_warmed_range(tmp_path: Path) -> None:
+    """The writer's first touch of a fresh sparse segment faults and reads ahead (zero-filling pages),
+    leaving a readahead marker; had the warmer's populating faults hit it, each chunk would read the
+    next window ahead too, a chain that zero-fills every page twice (most of the warmer's CPU in a
+    broker profile). Populated chunks must leave the pages after them alone."""
+    chunk = 256 * PAGE_SIZE
+    f = MappedFile(tmp_path / offset_to_file_name(0), 64 * chunk)
+    try:
+        f.buf[0:5] = b"first"  # before any warming
+        fd = os.open(f.path, os.O_WRONLY)
+        try:
+            for start in range(chunk, 40 * chunk, chunk):  # the warmer's sequence: zeros, then populate
+                os.pwrite(fd, bytes(chunk), start)
+                if not f.populate(start, start + chunk):
+                    pytest.skip("this kernel cannot populate page tables (MADV_POPULATE_WRITE, Linux 5.14+)")
+        finally:
+            os.close(fd)
+        assert _resident_pages(f, chunk, 40 * chunk) == 39 * 256
+        assert _resident_pages(f, 40 * chunk, 64 * chunk) == 0
+        assert bytes(f.buf[0:5]) == b"first" and bytes(f.buf[chunk : chunk + 8]) == bytes(8)
     finally:
         f.close()
