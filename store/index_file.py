@@ -360,30 +360,20 @@ class IndexService:
                 self._topic_seeds.clear()
             seeds = self._topic_seeds[topic] = (self._java_hash("#", self._java_hash(topic)), {})
         seed, heads = seeds
-        if type(key) is bytes:
-            if not key.isascii():
-                key = key.decode("utf-8", "replace")
-            elif len(key) > 4:
-                head = key[:-4]
-                hseed = heads.get(head)
-                if hseed is None:
-                    if len(heads) >= 1024:
-                        heads.clear()
-                    hseed = heads[head] = self._java_hash(head, seed)
-                # hseed * 31**4 + the last four code units, weighted 31**3 .. 1
-                h = (hseed * 923521 + key[-4] * 29791 + key[-3] * 961 + key[-2] * 31 + key[-1]) & 0xFFFFFFFF
-                return _abs_hash(h - 0x100000000 if h & 0x80000000 else h)
-        if len(key) > 16:
-            head = key[:-12]
-            hseed = heads.get(head)
-            if hseed is None:
-                if len(heads) >= 1024:
-                    heads.clear()
-                hseed = heads[head] = self._java_hash(head, seed)
-            h = self._java_hash(key[-12:], hseed)
-        else:
-            h = self._java_hash(key, seed)
-        return _abs_hash(h)
+        if type(key) is bytes and not key.isascii():
+            key = key.decode("utf-8", "replace")
+        if len(key) <= 4:
+            return _abs_hash(self._java_hash(key, seed))
+        head = key[:-4]
+        hseed = heads.get(head)
+        if hseed is None:
+            if len(heads) >= 1024:
+                heads.clear()
+            hseed = heads[head] = self._java_hash(head, seed)
+        if type(key) is bytes:  # ASCII: hseed * 31**4 + the last four code units, weighted 31**3 .. 1
+            h = (hseed * 923521 + key[-4] * 29791 + key[-3] * 961 + key[-2] * 31 + key[-1]) & 0xFFFFFFFF
+            return _abs_hash(h - 0x100000000 if h & 0x80000000 else h)
+        return _abs_hash(self._java_hash(key[-4:], hseed))
 
     def query_offset(
         self, topic: str, key: str, max_num: int, begin: int, end: int
