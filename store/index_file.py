@@ -262,7 +262,7 @@ class IndexService:
         self._java_hash = key_hash
         # java_string_hash takes the hash of a prefix as seed: "topic#" is hashed once per topic
         self._chains = key_hash is java_string_hash
-        self._topic_seeds: dict[str, tuple[int, dict[str, int]]] = {}
+        self._topic_seeds: dict[str | bytes, tuple[int, dict[str | bytes, int]]] = {}
         self.files: list[IndexFile] = []
         self._lock = threading.Lock()
 
