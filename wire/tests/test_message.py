@@ -770,6 +770,23 @@ def test_random_bytes_never_raise_anything_else(data: bytes) -> None:
             call(data)
         except MessageFormatError:
             pass
+    _check_index_scan(data)
+
+
+def _check_index_scan(data: bytes) -> None:
+    """scan_index_records on any bytes: no exception, a stop inside the buffer, and on a buffer that
+    is exactly one record decode_message accepts, what that decoder reads."""
+    scan = m.scan_index_records(data, 0, len(data), 10)
+    assert 0 <= scan.end <= len(data)
+    positions = [r[0] for r in scan.records]
+    assert positions == sorted(set(positions)) and all(p < scan.end for p in positions)
+    try:
+        msg = m.decode_message(data)
+    except MessageFormatError:
+        return
+    if msg.store_size == len(data):
+        want = [(0, *_index_view(msg)[1:])] if msg.keys or msg.properties.get("UNIQ_KEY") else []
+        assert scan == m.IndexScan(want, len(data), msg.store_timestamp, None)
 
 
 def test_bounded_mutation_fuzz_of_valid_records() -> None:
@@ -797,6 +814,7 @@ def test_bounded_mutation_fuzz_of_valid_records() -> None:
                 outcomes["ok"] += 1
             except MessageFormatError:
                 outcomes["error"] += 1
+        _check_index_scan(bytes(data))
     assert outcomes["ok"] and outcomes["error"]
 
 
