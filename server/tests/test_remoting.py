@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import inspect
 import struct
+from collections.abc import AsyncIterator
 
 from rmqgate.server.client import RemotingClient
 from rmqgate.server.remoting import Channel, Pending, RemotingServer, RequestProcessor
@@ -205,17 +207,21 @@ async def test_bad_header_closes_after_serving_earlier_frames(server: RemotingSe
     writer.close()
 
 
-def start_calls(client: RemotingClient, code: int, n: int) -> list[asyncio.Future[RemotingCommand]]:
-    """``n`` concurrent requests of ``code`` on one connection, sent at once."""
-    return [asyncio.ensure_future(client.invoke(RemotingCommand.request(code), 5)) for _ in range(n)]
+@contextlib.asynccontextmanager
+async def flooded(
+    server: RemotingServer, code: int, n: int
+) -> AsyncIterator[tuple[RemotingClient, list[asyncio.Future[RemotingCommand]]]]:
+    """A connection with ``n`` requests of ``code`` sent at once, given the time to reach the server."""
+    async with await RemotingClient.connect("127.0.0.1", server.port) as client:
+        futs = [asyncio.ensure_future(client.invoke(RemotingCommand.request(code), 5)) for _ in range(n)]
+        await asyncio.sleep(0.2)
+        yield client, futs
 
 
 @with_server
 async def test_bounded_inflight_pauses_reading(server: RemotingServer) -> None:
     misc: Misc = server.table[GATE]  # type: ignore[assignment]
-    async with await RemotingClient.connect("127.0.0.1", server.port) as client:
-        futs = start_calls(client, GATE, 10)
-        await asyncio.sleep(0.2)
+    async with flooded(server, GATE, 10) as (_, futs):
         assert misc.running == 4  # max_inflight; the rest wait in the backlog
         misc.gate.set()
         resps = await asyncio.gather(*futs)
@@ -226,9 +232,7 @@ async def test_bounded_inflight_pauses_reading(server: RemotingServer) -> None:
 @with_server
 async def test_pending_responses_follow_their_futures_and_count_as_in_flight(server: RemotingServer) -> None:
     later: Later = server.table[LATER]  # type: ignore[assignment]
-    async with await RemotingClient.connect("127.0.0.1", server.port) as client:
-        futs = start_calls(client, LATER, 6)
-        await asyncio.sleep(0.2)
+    async with flooded(server, LATER, 6) as (client, futs):
         assert len(later.futures) == 4  # max_inflight: two requests wait unread
         assert not any(f.done() for f in futs)
         later.futures[2].set_result("third")
