@@ -81,11 +81,7 @@ class IndexFile:
 
     def put_key(self, key_hash: int, phy_offset: int, store_timestamp: int) -> bool:
         """Append an entry for a key whose ``indexKeyHashMethod`` value is ``key_hash``."""
-        return self.put_keys((key_hash,), phy_offset, store_timestamp) == 1
-
-    def put_keys(self, key_hashes: Sequence[int], phy_offset: int, store_timestamp: int) -> int:
-        """Append one entry per hash (the keys of one message); returns how many fit in this file."""
-        return self.put_entries([(h, phy_offset, store_timestamp) for h in key_hashes], 0)
+        return self.put_entries([(key_hash, phy_offset, store_timestamp)], 0) == 1
 
     def put_entries(self, entries: Sequence[tuple[int, int, int]], start: int) -> int:
         """Append ``entries[start:]`` (key hash, CommitLog offset, store timestamp; offsets not
@@ -305,10 +301,16 @@ class IndexService:
         return f
 
     def build_index(
-        self, topic: str, keys: str | None, uniq_key: str | None, phy_offset: int, store_timestamp: int
+        self,
+        topic: str,
+        keys: str | None,
+        uniq_key: str | None,
+        phy_offset: int,
+        store_timestamp: int,
+        sys_flag: int = 0,
     ) -> None:
         """Index one message's UNIQ_KEY and KEYS tokens (``IndexService.buildIndex``)."""
-        self.build_index_records([(phy_offset, 0, store_timestamp, topic, keys, uniq_key)], 0)
+        self.build_index_records([(phy_offset, sys_flag, store_timestamp, topic, keys, uniq_key)], 0)
 
     def build_index_records(self, records: Sequence[IndexRecord], base: int) -> None:
         """Index many messages at once: ``(position, sysFlag, store timestamp, topic, KEYS,

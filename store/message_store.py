@@ -741,8 +741,8 @@ class DefaultMessageStore:
         tx = sys_flag & _TX_MASK
         if tx != _TX_PREPARED and tx != _TX_ROLLBACK:
             self.find_consume_queue(topic, queue_id).put(phys, size, tcode, queue_offset)
-        if self._index_inline and tx != _TX_ROLLBACK and (keys or uniq):
-            self.index.build_index(topic, keys, uniq, phys, store_ts)
+        if self._index_inline and (keys or uniq):
+            self.index.build_index(topic, keys, uniq, phys, store_ts, sys_flag)
 
     def _check_topic(self, topic: str) -> bool:
         """A topic names a ConsumeQueue directory. Topics over 127 bytes are stored as v2 records
@@ -910,8 +910,8 @@ class DefaultMessageStore:
                 if counted:
                     cq = self.consume_queues.get(key) or self.find_consume_queue(topic, queue_id)
                     cq.put(phys, n, tcode, qoff)
-                if self._index_inline and tx != _TX_ROLLBACK and (keys or uniq):
-                    self.index.build_index(topic, keys, uniq, phys, store_ts)
+                if self._index_inline and (keys or uniq):
+                    self.index.build_index(topic, keys, uniq, phys, store_ts, sys_flag)
             except OSError:
                 return self._dispatch_failed()
         fs = self._flush_service
