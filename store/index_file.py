@@ -18,8 +18,9 @@ _slot_unpack = INDEX_SLOT.unpack_from
 _INT_MAX = 0x7FFFFFFF
 _TX_MASK = MessageSysFlag.TRANSACTION_MASK
 _TX_ROLLBACK = MessageSysFlag.TRANSACTION_ROLLBACK
-#: (position, sysFlag, store timestamp, topic, KEYS, UNIQ_KEY): one message to index.
-IndexRecord = tuple[int, int, int, "str | bytes", "str | bytes | None", "str | bytes | None"]
+#: (position, sysFlag, store timestamp, topic, KEYS, UNIQ_KEY): one message to index, its texts as str
+#: or as UTF-8 bytes (``wire.message.IndexRecord``, what the dispatcher's scan finds).
+MessageKeys = tuple[int, int, int, "str | bytes", "str | bytes | None", "str | bytes | None"]
 
 
 def index_file_name(ms: int) -> str:
@@ -312,7 +313,7 @@ class IndexService:
         """Index one message's UNIQ_KEY and KEYS tokens (``IndexService.buildIndex``)."""
         self.build_index_records([(phy_offset, sys_flag, store_timestamp, topic, keys, uniq_key)], 0)
 
-    def build_index_records(self, records: Sequence[IndexRecord], base: int) -> None:
+    def build_index_records(self, records: Sequence[MessageKeys], base: int) -> None:
         """Index many messages at once: ``(position, sysFlag, store timestamp, topic, KEYS,
         UNIQ_KEY)``, positions relative to ``base`` and increasing, texts as str or UTF-8 bytes (what
         ``scan_index_records`` finds). Rolled-back transaction messages are not indexed; messages

@@ -461,6 +461,10 @@ _BODY_LENGTH_POS = {hf: st.size - 4 for hf, st in _FIXED.items()}  # body length
 _unpack_int = _TOTAL_SIZE.unpack_from
 
 
+#: (position, sysFlag, store timestamp, topic, KEYS, UNIQ_KEY) of a record an index dispatcher indexes.
+IndexRecord = tuple[int, int, int, bytes, "bytes | None", "bytes | None"]
+
+
 class IndexScan(NamedTuple):
     """What ``scan_index_records`` found: records with KEYS or UNIQ_KEY as ``(position, sysFlag,
     store timestamp, topic, KEYS, UNIQ_KEY)`` (topic and values as UTF-8 bytes, absent values None),
@@ -468,7 +472,7 @@ class IndexScan(NamedTuple):
     stopped early (``"blank"`` at the end-of-file BLANK record, else what is wrong with the record
     at ``end``), None when it reached the end or the record limit."""
 
-    records: list[tuple[int, int, int, bytes, bytes | None, bytes | None]]
+    records: list[IndexRecord]
     end: int
     last_store_timestamp: int
     stopped: str | None
@@ -507,8 +511,8 @@ def _property_bytes(buf: bytes | bytearray | mmap.mmap, pair: bytes, start: int,
 def scan_index_records(buf: bytes | bytearray | mmap.mmap, pos: int, end: int, max_records: int) -> IndexScan:
     """Read the records in ``buf[pos:end]`` (a CommitLog segment; at most ``max_records``) for an
     index dispatcher: per record one unpack of its fixed fields, the topic and the KEYS and UNIQ_KEY
-    values as bytes, with no message, string or Python frame built."""
-    records: list[tuple[int, int, int, bytes, bytes | None, bytes | None]] = []
+    values as bytes, with no message built and nothing decoded."""
+    records: list[IndexRecord] = []
     append = records.append
     pick_v4 = _INDEX_PICK[0]
     last_ts = 0
