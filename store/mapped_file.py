@@ -323,10 +323,16 @@ class MappedFileQueue:
         self.delete_first(len(self.files))
         self.flushed_where = offset
 
-    def expired_by_time(self, expired_ms: int, now_ms: int | None = None, keep_last: bool = True) -> int:
-        """How many leading segments were last modified more than ``expired_ms`` ago."""
+    def expired_by_time(
+        self, expired_ms: int, now_ms: int | None = None, keep_last: bool = True, *, immediately: bool = False
+    ) -> int:
+        """How many leading segments were last modified more than ``expired_ms`` ago (all of them but
+        the last when ``immediately``: RocketMQ's cleanImmediately ignores age, and a segment written
+        in the same millisecond would otherwise look younger than ``now``)."""
         now = time.time() * 1000 if now_ms is None else now_ms
         limit = len(self.files) - (1 if keep_last else 0)
+        if immediately:
+            return max(limit, 0)
         n = 0
         while n < limit and self.files[n].last_modified() * 1000 + expired_ms <= now:
             n += 1

@@ -1317,8 +1317,8 @@ class DefaultMessageStore:
         deleted = 0
         if timeup or spacefull or force:
             q = self.commitlog.queue
-            expired = 0 if ratio > _CLEAN_FORCIBLY_RATIO else cfg.file_reserved_time * 3_600_000
-            n = min(q.expired_by_time(expired, now), 10)
+            immediately = ratio > _CLEAN_FORCIBLY_RATIO
+            n = min(q.expired_by_time(cfg.file_reserved_time * 3_600_000, now, immediately=immediately), 10)
             if n:
                 with self._put_lock:
                     q.delete_first(n)
