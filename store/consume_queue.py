@@ -19,7 +19,9 @@ class ConsumeQueue:
         self.queue_id = queue_id
         # a whole number of units per file, rounded up like getMappedFileSizeConsumeQueue()
         self.mapped_file_size = -(-mapped_file_size // CQ_UNIT_SIZE) * CQ_UNIT_SIZE
-        self.queue = MappedFileQueue(Path(root) / topic / str(queue_id), self.mapped_file_size, keep_fd=False)
+        self.queue = MappedFileQueue(
+            Path(root) / topic / str(queue_id), self.mapped_file_size, keep_fd=False, release_flushed=True
+        )
         self.max_physic_offset = -1  # end (offset + size) of the last dispatched record
         self.min_logic_offset = 0  # bytes
 

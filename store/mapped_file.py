@@ -3,7 +3,9 @@
 Writers copy into the mmap. A flush is ``msync(MS_SYNC)`` of just the range written since the last one,
 called through ctypes so the GIL is released (``mmap.flush`` keeps it): Linux syncs that file range
 like ``fdatasync`` would, but leaves alone the pages zeroed ahead of the writer, which stay dirty and
-mapped writable instead of being written back and faulted in again.
+mapped writable instead of being written back and faulted in again. Append-only logs (CommitLog,
+ConsumeQueue) first drop their fully written pages from the page tables: writeback must otherwise
+write-protect every mapped page it cleans, one TLB-shootdown IPI per page to the writer's CPU.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ except (OSError, AttributeError):  # no libc msync: whole-file fdatasync instead
 _MADV_POPULATE_WRITE = 23  # Linux 5.14+; older kernels answer EINVAL and the writer faults pages in
 _MADV_NORMAL = 0
 _MADV_RANDOM = 1
+_MADV_DONTNEED = 4  # on a shared file mapping: unmap only, the page (dirty or not) stays cached
 
 
 def _mapping_address(mm: mmap.mmap) -> int:
@@ -59,6 +62,7 @@ class MappedFile:
         "_address",
         "_fd",
         "_open",
+        "_release_flushed",
         "buf",
         "file_from_offset",
         "file_size",
@@ -68,7 +72,15 @@ class MappedFile:
         "wrote_position",
     )
 
-    def __init__(self, path: Path, file_size: int, *, create: bool = True, keep_fd: bool = True) -> None:
+    def __init__(
+        self,
+        path: Path,
+        file_size: int,
+        *,
+        create: bool = True,
+        keep_fd: bool = True,
+        release_flushed: bool = False,
+    ) -> None:
         self.path = path
         self.file_size = file_size
         self.file_from_offset = int(path.name)
@@ -101,6 +113,7 @@ class MappedFile:
         self._fd = fd
         self._open = True
         self._address = _mapping_address(self.mm) if _msync is not None else 0
+        self._release_flushed = release_flushed
         self.buf = memoryview(self.mm)
         self.wrote_position = 0
         self.flushed_position = 0
@@ -139,6 +152,17 @@ class MappedFile:
             err = ctypes.get_errno()
             raise OSError(err, f"msync {self.path}: {os.strerror(err)}")
 
+    def release_pages(self, start: int, end: int) -> None:
+        """Unmap the whole pages of ``[start, end)`` from the page tables (one TLB flush for all of
+        them); the page-cache pages and their dirty state stay, and a later access maps them again.
+        Only for bytes nobody writes again: a rewrite would just fault the page back in."""
+        if not self._address or not self._open:
+            return
+        start -= start % PAGE_SIZE
+        end -= end % PAGE_SIZE
+        if end > start:
+            _madvise(self._address + start, end - start, _MADV_DONTNEED)
+
     def populate(self, start: int, end: int) -> bool:
         """Map ``[start, end)`` writable into the page tables now (GIL released), so the writer's first
         touch of each page does not fault; False when the kernel cannot.
@@ -158,9 +182,12 @@ class MappedFile:
             _madvise(address, length, _MADV_NORMAL)
 
     def flush(self) -> int:
-        """Sync what was written since the last flush; returns the flushed position."""
+        """Sync what was written since the last flush; returns the flushed position. With
+        ``release_flushed`` (append-only files) the pages written full are unmapped first."""
         pos = self.wrote_position
         if pos > self.flushed_position:
+            if self._release_flushed:
+                self.release_pages(self.flushed_position, pos)
             self.sync_range(self.flushed_position, pos)
             self.flushed_position = pos
         return self.flushed_position
@@ -201,10 +228,13 @@ class MappedFile:
 class MappedFileQueue:
     """Ordered segments of one log (the CommitLog, or one ConsumeQueue)."""
 
-    def __init__(self, store_path: Path, mapped_file_size: int, *, keep_fd: bool = True) -> None:
+    def __init__(
+        self, store_path: Path, mapped_file_size: int, *, keep_fd: bool = True, release_flushed: bool = False
+    ) -> None:
         self.store_path = Path(store_path)
         self.mapped_file_size = mapped_file_size
         self.keep_fd = keep_fd
+        self.release_flushed = release_flushed
         self.files: list[MappedFile] = []
         self.flushed_where = 0
         self._lock = threading.Lock()
@@ -219,7 +249,13 @@ class MappedFileQueue:
             if p.stat().st_size != self.mapped_file_size:
                 # RocketMQ refuses to load; a wrong-size file means a foreign or damaged store
                 raise ValueError(f"{p}: size {p.stat().st_size} != mapped file size {self.mapped_file_size}")
-            f = MappedFile(p, self.mapped_file_size, create=False, keep_fd=self.keep_fd)
+            f = MappedFile(
+                p,
+                self.mapped_file_size,
+                create=False,
+                keep_fd=self.keep_fd,
+                release_flushed=self.release_flushed,
+            )
             f.wrote_position = f.flushed_position = self.mapped_file_size
             self.files.append(f)
 
@@ -243,7 +279,10 @@ class MappedFileQueue:
             create_offset = last.file_from_offset + self.mapped_file_size
         self.store_path.mkdir(parents=True, exist_ok=True)
         f = MappedFile(
-            self.store_path / offset_to_file_name(create_offset), self.mapped_file_size, keep_fd=self.keep_fd
+            self.store_path / offset_to_file_name(create_offset),
+            self.mapped_file_size,
+            keep_fd=self.keep_fd,
+            release_flushed=self.release_flushed,
         )
         with self._lock:
             self.files.append(f)

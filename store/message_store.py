@@ -106,7 +106,7 @@ def parse_delay_levels(spec: str) -> dict[int, int]:
 
 class CommitLog:
     def __init__(self, root: Path, mapped_file_size: int) -> None:
-        self.queue = MappedFileQueue(root / "commitlog", mapped_file_size)
+        self.queue = MappedFileQueue(root / "commitlog", mapped_file_size, release_flushed=True)
         self.mapped_file_size = mapped_file_size
 
     def get_min_offset(self) -> int:

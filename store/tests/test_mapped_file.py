@@ -107,3 +107,48 @@ def test_populate_does_not_carry_readahead_past_the_warmed_range(tmp_path: Path)
         assert bytes(f.buf[0:5]) == b"first" and bytes(f.buf[chunk : chunk + 8]) == bytes(8)
     finally:
         f.close()
+
+
+def _mapped_kib(path: Path) -> int:
+    """Resident KiB of this process's mappings of ``path`` (pages present in its page tables)."""
+    kib = 0
+    inside = False
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        if line[:1].isdigit() or line[:1] in "abcdef":
+            inside = line.endswith(" " + str(path))
+        elif inside and line.startswith("Rss:"):
+            kib += int(line.split()[1])
+    return kib
+
+
+@pytest.mark.parametrize("release", [True, False])
+def test_release_flushed_unmaps_only_the_pages_written_full(tmp_path: Path, release: bool) -> None:
+    """Append-only files drop their written-full pages from the page tables at flush (writeback
+    would otherwise write-protect each one with its own TLB shootdown); the bytes stay readable
+    and on file, and the partly written last page stays mapped for the writer."""
+    if not Path("/proc/self/smaps").exists():
+        pytest.skip("needs /proc/self/smaps")
+    f = MappedFile(tmp_path / offset_to_file_name(0), SIZE, release_flushed=release)
+    try:
+        data = os.urandom(PAGE_SIZE * 40 + 100)
+        f.buf[: len(data)] = data
+        f.wrote_position = len(data)
+        assert _mapped_kib(f.path) >= 41 * PAGE_SIZE // 1024
+        assert f.flush() == len(data)
+        mapped = _mapped_kib(f.path)
+        if release:
+            assert mapped == PAGE_SIZE // 1024  # just the last, partly written page
+        else:
+            assert mapped >= 41 * PAGE_SIZE // 1024
+        more = os.urandom(PAGE_SIZE)
+        f.buf[len(data) : len(data) + len(more)] = more  # the writer goes on past the partial page
+        f.wrote_position += len(more)
+        assert f.flush() == len(data) + len(more)
+        assert bytes(f.buf[: f.wrote_position]) == data + more  # released pages map back in on reading
+        fd = os.open(f.path, os.O_RDONLY)
+        try:
+            assert os.pread(fd, f.wrote_position, 0) == data + more
+        finally:
+            os.close(fd)
+    finally:
+        f.close()
