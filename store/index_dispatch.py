@@ -19,6 +19,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -94,6 +95,7 @@ class IndexDispatchProcess:
         self.proc: subprocess.Popen[bytes] | None = None
         self.restarts = 0
         self._spawned_at = 0.0
+        self._restart_lock = threading.Lock()  # the service thread and a querying thread both check
 
     def start(self, committed: int, min_phy: int) -> None:
         p = self.progress
@@ -116,17 +118,18 @@ class IndexDispatchProcess:
     def ensure_running(self) -> None:
         """Restart a dispatcher that died (its index files are intact in the page cache), at most
         once a second so that one that cannot start does not spin."""
-        proc = self.proc
-        if (
-            proc is not None
-            and proc.poll() not in (None, 0)  # 0: it quit on purpose (store closed or reopened)
-            and not self.progress.get("stop")
-            and time.monotonic() - self._spawned_at >= 1.0
-        ):
-            _log.warning("index dispatcher exited with %s; restarting it", proc.returncode)
-            self.args.trusted = True
-            self.restarts += 1
-            self._spawn()
+        with self._restart_lock:
+            proc = self.proc
+            if (
+                proc is not None
+                and proc.poll() not in (None, 0)  # 0: it quit on purpose (store closed or reopened)
+                and not self.progress.get("stop")
+                and time.monotonic() - self._spawned_at >= 1.0
+            ):
+                _log.warning("index dispatcher exited with %s; restarting it", proc.returncode)
+                self.args.trusted = True
+                self.restarts += 1
+                self._spawn()
 
     def behind(self) -> int:
         indexed = self.progress.get("indexed_offset")

@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from rmqgate.store.api import StoreConfig
 from rmqgate.store.layout import INDEX_ENTRY, INDEX_HEADER, INDEX_HEADER_SIZE, INDEX_SLOT
 from rmqgate.store.message_store import DefaultMessageStore
@@ -113,6 +115,41 @@ def test_killed_dispatcher_is_restarted_and_catches_up(tmp_path: Path) -> None:
         for i in range(0, 400, 37):  # a query restarts it and waits for it to catch up
             assert len(s.query_message("IdxT", f"U{i:08d}", 8).buffers) == 1, i
         assert proc.restarts == 1 and proc.proc.pid != first
+    finally:
+        s.shutdown()
+
+
+def test_a_dead_dispatcher_is_restarted_once_however_many_threads_notice(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The service thread's tick and querying threads all check the dispatcher: one restart. A
+    slow log write between a thread's check and its restart once let a second thread restart too."""
+    import threading
+
+    import rmqgate.store.index_dispatch as index_dispatch
+
+    monkeypatch.setattr(index_dispatch._log, "warning", lambda *_a: time.sleep(0.05))
+    s = DefaultMessageStore.open(cfg(tmp_path))
+    try:
+        proc = s._index_process
+        assert proc is not None and proc.proc is not None
+        os.kill(proc.proc.pid, signal.SIGKILL)
+        proc.proc.wait(10)
+        proc._spawned_at -= 2.0  # past the once-a-second restart gate
+        gate = threading.Barrier(8)
+
+        def notice() -> None:
+            gate.wait()
+            proc.ensure_running()
+
+        threads = [threading.Thread(target=notice) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert proc.restarts == 1
+        s.put_message(msg(1))
+        assert len(s.query_message("IdxT", "U00000001", 8).buffers) == 1
     finally:
         s.shutdown()
 
