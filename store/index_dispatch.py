@@ -161,8 +161,9 @@ class IndexDispatchProcess:
     def stop(self, timeout: float = 60.0) -> int | None:
         """Let the dispatcher index everything committed, flush and exit; returns the flushed store
         time, or None when it did not finish in time (the next start resumes from its files)."""
-        self.progress.set("stop", 1)
-        proc = self.proc
+        with self._restart_lock:  # no restart can slip in after this
+            self.progress.set("stop", 1)
+            proc = self.proc
         ok = True
         if proc is not None:
             try:

@@ -54,6 +54,7 @@ class FakeState:
     end_transactions: list[dict[str, str]] = field(default_factory=list)
     checks_sent: list[str] = field(default_factory=list)
     requests: list[int] = field(default_factory=list)
+    pull_suspends_ms: list[int] = field(default_factory=list)  # suspendTimeoutMillis of each PULL
     producer_channels: list[Channel] = field(default_factory=list)
     arrivals: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -126,7 +127,9 @@ class _Broker(RequestProcessor):
         if code == RequestCode.PULL_MESSAGE:
             key = (ext.get("topic", ""), int(ext.get("queueId", "0")))
             offset = int(ext.get("queueOffset", "0"))
-            suspend = int(ext.get("suspendTimeoutMillis", "0")) / 1000
+            suspend_ms = int(ext.get("suspendTimeoutMillis", "0"))
+            st.pull_suspends_ms.append(suspend_ms)
+            suspend = suspend_ms / 1000
             if st.queue_offsets.get(key, 0) <= offset and suspend > 0:
                 st.arrivals.clear()
                 try:

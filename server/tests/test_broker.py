@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
 import time
 from pathlib import Path
 
@@ -16,7 +18,7 @@ import pytest
 from rmqgate.server.broker import BrokerController
 from rmqgate.server.client import RemotingClient
 from rmqgate.server.config import BrokerConfig
-from rmqgate.server.testing import async_test, small_store
+from rmqgate.server.testing import async_test, small_store, wait_for
 from rmqgate.store.api import open_store
 from rmqgate.wire import RemotingCommand, ResponseCode, SerializeType
 from rmqgate.wire.codes import RequestCode as R
@@ -245,15 +247,15 @@ async def test_long_polling_wakes_on_arrival_and_times_out(Broker) -> None:
         assert timed_out.code == ResponseCode.PULL_NOT_FOUND and 0.25 <= time.monotonic() - t0 < 2
         parked = asyncio.ensure_future(c.invoke(pull_cmd("LP", 1, sys_flag=4 | 2, suspend_ms=10_000), 15))
         filtered = asyncio.ensure_future(
-            c.invoke(pull_cmd("LP", 1, sys_flag=4 | 2, suspend_ms=800, sub="TagB"), 15)
+            c.invoke(pull_cmd("LP", 1, sys_flag=4 | 2, suspend_ms=3000, sub="TagB"), 15)
         )
-        await asyncio.sleep(0.2)
-        assert not parked.done() and b.broker.pull_processor.hold.count == 2
+        await wait_for(lambda: b.broker.pull_processor.hold.count == 2)
+        assert not parked.done()
         other = await b.client()
         t0 = time.monotonic()
         assert (await other.invoke(send_v2("LP", b"second", tags="TagA"))).code == 0
         resp = await parked
-        assert time.monotonic() - t0 < 1.0
+        assert time.monotonic() - t0 < 5.0  # woken by the arrival, long before its 10 s suspend
         assert resp.code == 0 and [bytes(m.body) for m in iter_messages(resp.body)] == [b"second"]
         assert not filtered.done()  # TagA does not wake a TagB subscriber
         resp = await filtered
@@ -328,6 +330,38 @@ async def test_query_and_view(Broker) -> None:
 
 
 @async_test
+async def test_a_query_waiting_for_the_index_does_not_stall_other_requests(Broker) -> None:
+    async with Broker() as b:
+        dispatcher = b.store._index_process
+        assert dispatcher is not None and dispatcher.proc is not None
+        b.store.config.index_query_wait = 30_000
+        c = await b.client()
+        other = await b.client()
+        os.kill(dispatcher.proc.pid, signal.SIGSTOP)  # the index falls behind what is stored
+        try:
+            assert (await c.invoke(send_v2("QW", keys="late"))).code == 0
+            qext = {
+                "topic": "QW",
+                "key": "late",
+                "maxNum": "32",
+                "beginTimestamp": "0",
+                "endTimestamp": str(1 << 60),
+            }
+            query = asyncio.ensure_future(c.invoke(RemotingCommand.request(R.QUERY_MESSAGE, qext), 60))
+            await asyncio.sleep(0.2)  # the query is waiting for the index by now
+            offset = await other.invoke(
+                RemotingCommand.request(R.GET_MAX_OFFSET, {"topic": "QW", "queueId": "0"})
+            )
+            assert offset.code == 0 and not query.done()  # answered while the query still waits
+        finally:
+            os.kill(dispatcher.proc.pid, signal.SIGCONT)
+        found = await query
+        assert found.code == 0 and bytes(next(iter_messages(found.body)).body) == b"hello"
+        await c.aclose()
+        await other.aclose()
+
+
+@async_test
 async def test_heartbeat_consumer_list_and_notify(Broker) -> None:
     async with Broker() as b:
         notices: list[RemotingCommand] = []
@@ -343,7 +377,7 @@ async def test_heartbeat_consumer_list_and_notify(Broker) -> None:
         assert json.loads(lst.body) == {"consumerIdList": ["cid-1"]}
         c2 = await b.client()
         assert (await c2.invoke(heartbeat("cid-2", "G", "HT", ints=True))).code == 0  # C++ enum ordinals
-        await asyncio.sleep(0.1)
+        await wait_for(lambda: len(notices) >= 2)
         assert [n.code for n in notices] == [R.NOTIFY_CONSUMER_IDS_CHANGED] * 2
         assert notices[-1].ext_fields == {"consumerGroup": "G"} and notices[-1].is_oneway
         lst = await c1.invoke(RemotingCommand.request(R.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": "G"}))
@@ -363,7 +397,7 @@ async def test_heartbeat_consumer_list_and_notify(Broker) -> None:
         )
         assert len(json.loads(conns.body)["connectionSet"]) == 2
         await c2.aclose()  # closing a client's connection drops it and notifies the rest
-        await asyncio.sleep(0.2)
+        await wait_for(lambda: len(notices) >= 3)
         lst = await c1.invoke(RemotingCommand.request(R.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": "G"}))
         assert json.loads(lst.body) == {"consumerIdList": ["cid-1"]}
         assert len(notices) == 3

@@ -75,17 +75,18 @@ async def test_one_owner_renewal_and_unlock(tmp_path: Path) -> None:
 
 @async_test
 async def test_lock_expires_without_renewal(tmp_path: Path) -> None:
-    broker = make_broker(tmp_path / "s", "rocketmq.broker.rebalance.lockMaxLiveTime = 300\n")
+    # the margins are 0.8 s either side of the 2 s lifetime: a stalled VM must not decide the outcome
+    broker = make_broker(tmp_path / "s", "rocketmq.broker.rebalance.lockMaxLiveTime = 2000\n")
     await broker.start()
     try:
         a = await RemotingClient.connect("127.0.0.1", broker.port)
         b = await RemotingClient.connect("127.0.0.1", broker.port)
         assert await lock(a, "A", [0]) == [0]
-        await asyncio.sleep(0.15)
+        await asyncio.sleep(1.2)
         assert await lock(a, "A", [0]) == [0]  # renewed
-        await asyncio.sleep(0.2)
-        assert await lock(b, "B", [0]) == []  # 0.2 s since the renewal: still A's
-        await asyncio.sleep(0.2)
+        await asyncio.sleep(1.2)
+        assert await lock(b, "B", [0]) == []  # 2.4 s since the lock, 1.2 s since the renewal: still A's
+        await asyncio.sleep(1.2)
         assert await lock(b, "B", [0]) == [0]  # expired
         assert await lock(a, "A", [0]) == []
         await a.aclose()

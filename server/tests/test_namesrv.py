@@ -10,7 +10,7 @@ from pathlib import Path
 from rmqgate.server.client import RemotingClient
 from rmqgate.server.namesrv import NamesrvController, decode_register_body, encode_register_body
 from rmqgate.server.remoting import RemotingServer
-from rmqgate.server.testing import async_test, pcap_requests
+from rmqgate.server.testing import async_test, pcap_requests, wait_for
 from rmqgate.wire import RemotingCommand, ResponseCode, SerializeType
 from rmqgate.wire.codes import RequestCode as R
 
@@ -184,8 +184,7 @@ async def test_unregister_expiry_and_channel_close() -> None:
         assert (await c.invoke(unreg)).code == 0
         assert (await c.invoke(route_cmd("A"))).code == ResponseCode.TOPIC_NOT_EXIST
         assert (await c.invoke(route_cmd("B"))).code == 0
-        await asyncio.sleep(1.0)  # no re-registration: broker-b expires (and its connection is closed)
-        assert c.closed
+        await wait_for(lambda: c.closed, 10)  # no re-registration: broker-b expires, its connection closed
         c2 = await ns.client()
         assert (await c2.invoke(route_cmd("B"))).code == ResponseCode.TOPIC_NOT_EXIST
         # a broker whose connection closes is dropped at once

@@ -73,7 +73,7 @@ async def test_delayed_message_arrives_when_due(tmp_path: Path) -> None:
     await broker.start()
     try:
         c = await RemotingClient.connect("127.0.0.1", broker.port)
-        sent_at = time.time()
+        sent_at = time.monotonic()
         assert (await c.invoke(delayed("DT", 1, b"one"))).code == ResponseCode.SUCCESS
         assert (await c.invoke(delayed("DT", 99, b"clamped"))).code == ResponseCode.SUCCESS
         (parked,) = stored(broker, SCHEDULE_TOPIC, 0)
@@ -81,17 +81,18 @@ async def test_delayed_message_arrives_when_due(tmp_path: Path) -> None:
         (clamped,) = stored(broker, SCHEDULE_TOPIC, 2)
         assert clamped.properties["DELAY"] == "3"
         assert broker.store.get_max_offset_in_queue("DT", 2) == 0
-        await wait_for(lambda: broker.store.get_max_offset_in_queue("DT", 2) >= 1, 5)
-        first_at = time.time()
+        await wait_for(lambda: broker.store.get_max_offset_in_queue("DT", 2) >= 1, 10)
+        first_at = time.monotonic()
         (real,) = stored(broker, "DT", 2)
         assert bytes(real.body) == b"one" and "DELAY" not in real.properties
         assert real.properties["UNIQ_KEY"] == b"one".hex() and real.properties["TAGS"] == "TagD"
-        assert 1.0 <= (real.store_timestamp - parked.store_timestamp) / 1000 < 2.0
-        assert 0.9 <= first_at - sent_at < 2.5
-        await wait_for(lambda: broker.store.get_max_offset_in_queue("DT", 2) == 2, 6)
+        # never early; late only by what a stalled machine adds
+        assert 1.0 <= (real.store_timestamp - parked.store_timestamp) / 1000 < 4.0
+        assert 0.9 <= first_at - sent_at < 5.0
+        await wait_for(lambda: broker.store.get_max_offset_in_queue("DT", 2) == 2, 10)
         later = stored(broker, "DT", 2)[1]
         assert bytes(later.body) == b"clamped"
-        assert 3.0 <= (later.store_timestamp - clamped.store_timestamp) / 1000 < 4.0
+        assert 3.0 <= (later.store_timestamp - clamped.store_timestamp) / 1000 < 6.0
         assert broker.store.meta.delay_offsets() == {1: 1, 3: 1}
         # tags filter on the delivered message works (tagsCode recomputed from TAGS)
         from rmqgate.wire.message import java_string_hash

@@ -173,7 +173,7 @@ async def test_rollback_writes_only_the_op_and_bad_requests_are_refused(tmp_path
 
 @async_test
 async def test_check_back_resolves_on_the_producer_connection(tmp_path: Path) -> None:
-    broker = make_broker(tmp_path / "s", transactionTimeOut=300, transactionCheckInterval=100)
+    broker = make_broker(tmp_path / "s", transactionTimeOut=300, transactionCheckInterval=1000)
     await broker.start()
     try:
         checks: asyncio.Queue[RemotingCommand] = asyncio.Queue()
@@ -197,8 +197,8 @@ async def test_check_back_resolves_on_the_producer_connection(tmp_path: Path) ->
         assert body.properties["TRANSACTION_CHECK_TIMES"] == "1" and body.offset_msg_id == ext["offsetMsgId"]
         c.invoke_oneway(end_request("PGC", new_qoff, new_phys, COMMIT, "U3", from_check=True))
         await wait_for(lambda: broker.store.get_max_offset_in_queue("TxC", 1) == 1)
-        # no further checks once resolved
-        await asyncio.sleep(0.6)
+        # no further checks once resolved (a pass runs every second: the END has that long to land)
+        await asyncio.sleep(1.5)
         assert checks.empty()
         assert broker.store.meta.query_offset(CID_RMQ_SYS_TRANS, RMQ_SYS_TRANS_HALF_TOPIC, 0) == 2
         await c.aclose()
@@ -283,7 +283,7 @@ async def test_pending_half_is_checked_after_restart(tmp_path: Path) -> None:
     await c.aclose()
     await broker.stop()
 
-    broker = make_broker(root, transactionTimeOut=300, transactionCheckInterval=100)
+    broker = make_broker(root, transactionTimeOut=300, transactionCheckInterval=1000)
     assert broker.transactions.done == {1}  # the op record, found again in the store
     await broker.start()
     try:
@@ -306,7 +306,7 @@ async def test_pending_half_is_checked_after_restart(tmp_path: Path) -> None:
         await wait_for(lambda: broker.store.get_max_offset_in_queue("TxRe", 1) == 1)
         (real,) = stored(broker, "TxRe", 1)
         assert real.properties["UNIQ_KEY"] == "U7"
-        await asyncio.sleep(0.4)
+        await asyncio.sleep(1.5)  # past another check pass
         assert checks.empty()  # U8 was rolled back before the restart: never checked
         await c.aclose()
     finally:

@@ -36,6 +36,8 @@ def cfg(root: Path, **kw) -> StoreConfig:
         mapped_file_size_consume_queue=50 * 20,
         max_hash_slot_num=128,
         max_index_num=500,
+        index_query_wait=30_000,  # a freshly spawned idle-priority dispatcher on a stalled CI machine
+        delete_when="99",  # no scheduled cleanup mid-test, whatever the hour
     )
     base.update(kw)
     return StoreConfig(str(root), **base)

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from rmqgate.server.remoting import RemotingServer
+from rmqgate.server.testing import wait_for
 from rmqgate.tools.capture import CaptureWriter, Direction, Kind, Role, read_capture
 from rmqgate.tools.fakecluster import FakeCluster, _Namesrv, cluster_body, route_body
 from rmqgate.tools.proxy import RecordingProxy, broker_addresses, rewrite_addresses
@@ -180,8 +181,7 @@ def test_client_killed_mid_frame_keeps_whole_frames(tmp_path: Path) -> None:
             await c.frame()
             await c.frame()
             c.writer.transport.abort()  # RST mid-frame, like a killed process
-            await asyncio.sleep(0.3)
-            assert frames_of(path, direction=Direction.C2S) == frames  # flushed on close, before stop
+            await wait_for(lambda: frames_of(path, direction=Direction.C2S) == frames)  # flushed on close
             closes = [r for r in read_capture(path) if r.kind == Kind.CONN_CLOSE]
             assert closes and closes[0].meta["c2s_unfinished_bytes"] == 10
             # the proxy keeps serving
@@ -254,7 +254,7 @@ def test_proxy_process_killed_keeps_flushed_frames(tmp_path: Path) -> None:
             for f in sent:
                 await c.send(f)
                 await c.frame()
-            await asyncio.sleep(0.5)  # > flush interval
+            await wait_for(lambda: frames_of(path, direction=Direction.C2S) == sent)  # the interval flush
             proc.send_signal(signal.SIGKILL)
             await proc.wait()
             c.close()

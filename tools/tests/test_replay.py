@@ -187,8 +187,10 @@ def test_replay_has_no_mismatches(recording: tuple[Path, dict], speed: float | N
     assert [bytes(a.body or b"") for a in answers].count(RUNNING_INFO) == 1
     lat = report["latency_ms"]
     assert 0 <= lat["p50"] <= lat["p90"] <= lat["p99"] <= lat["max"]
-    if speed is None:  # the long poll was shortened and did not hold anything up
-        assert report["duration_s"] < 1.5
+    if speed is None:  # the recorded 1.5 s long poll was shortened to max_suspend_ms
+        assert max(cluster.state.pull_suspends_ms) == ReplayOptions().max_suspend_ms < 1500
+    else:
+        assert max(cluster.state.pull_suspends_ms) == 1500
 
 
 def test_topic_map_and_shared_connections(recording: tuple[Path, dict]) -> None:
@@ -324,7 +326,7 @@ def test_pacing_follows_recorded_time_scaled_by_speed() -> None:
     assert [o.response_code for o in outcomes] == [0, 0, 0]
     first = outcomes[0].sent
     for o, want in zip(outcomes, (0.0, 0.2, 0.4), strict=True):
-        assert want - 0.01 <= o.sent - first <= want + 0.15
+        assert want - 0.01 <= o.sent - first <= want + 0.5  # never early; late only by a stall
 
 
 def test_unanswered_is_not_an_error_but_a_missing_recorded_response_is() -> None:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from rmqgate.server.client import RemotingClient
 from rmqgate.tools.capture import CaptureWriter, Direction, Kind, read_capture
 from rmqgate.tools.proxy import RecordingProxy
 from rmqgate.tools.replay import ReplayOptions, replay_file
@@ -61,6 +62,22 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+async def _stored(broker: str, topic: str, queues: int = 8) -> int:
+    """How many messages the broker holds in ``topic`` (GET_MAX_OFFSET over its queues)."""
+    c = await RemotingClient.connect_addr(broker)
+    try:
+        total = 0
+        for q in range(queues):
+            r = await c.invoke(
+                RemotingCommand.request(RequestCode.GET_MAX_OFFSET, {"topic": topic, "queueId": str(q)})
+            )
+            if r.code == 0 and r.ext_fields:
+                total += int(r.ext_fields.get("offset", "0"))
+        return total
+    finally:
+        await c.aclose()
 
 
 class Rmqgate:
@@ -240,8 +257,11 @@ def test_cpp_client_killed_mid_stream_through_proxy(tmp_path: Path, rmqgate: Rmq
         env.pop("PYTHONPATH", None)
         proc = subprocess.Popen([sys.executable, str(CPP_DRIVER), json.dumps(args)], env=env, cwd=home,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
-        time.sleep(6)  # sending by now
-        proc.send_signal(signal.SIGKILL)
+        deadline = time.monotonic() + 60
+        while asyncio.run(_stored(f"127.0.0.1:{rmqgate.broker_port}", "KillTopic")) <= 20:
+            assert proc.poll() is None and time.monotonic() < deadline, "the C++ producer is not sending"
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGKILL)  # mid-stream
         proc.wait()
 
     proxy = asyncio.run(_record(rmqgate.namesrv, capture, session))
