@@ -31,8 +31,11 @@ pytestmark = pytest.mark.slow
 
 LEVEL = 2
 DELAY_S = 2.0
-#: receive time - send time: at least the delay, at most the delay plus delivery/pull latency
-WINDOW = (DELAY_S - 0.05, DELAY_S + 2.5)
+#: receive time - send time: at least the delay; at most the delay plus delivery, pull latency and
+#: a consumer that came up late on a loaded machine (promptness is checked on the store timestamps)
+WINDOW = (DELAY_S - 0.05, DELAY_S + 10.0)
+#: the delivered copy's store time - born time: the delay, plus at most this for the schedule's due check
+DUE_SLACK_S = 2.5
 
 
 flow_server = feature_server_fixture("delay")
@@ -76,7 +79,9 @@ def test_ali_ons_delayed_messages_arrive_in_their_window(
         waited = (m["receivedAt"] - sent_at[m["body"]]) / 1000
         assert WINDOW[0] <= waited <= WINDOW[1], f"{m['body']} arrived {waited:.2f} s after the send"
         assert m["topic"] == topic and m["reconsumeTimes"] == 0
-        assert m["storeTimestamp"] - m["bornTimestamp"] >= DELAY_S * 1000 - 50
+        assert (
+            DELAY_S * 1000 - 50 <= m["storeTimestamp"] - m["bornTimestamp"] <= (DELAY_S + DUE_SLACK_S) * 1000
+        )
     for m in stored(flow_server, topic):
         assert "DELAY" not in m.properties and m.properties["REAL_TOPIC"] == topic
 
@@ -105,7 +110,11 @@ def test_cpp_delayed_messages_arrive_in_their_window(
     assert sorted(m["body"] for m in got) == [f"body-{i}" for i in range(4)]  # each once
     for m in got:
         assert before + WINDOW[0] <= m["at"] <= after + WINDOW[1], f"{m['body']} at {m['at'] - before:.2f} s"
-        assert m["store_timestamp"] - m["born_timestamp"] >= DELAY_S * 1000 - 50
+        assert (
+            DELAY_S * 1000 - 50
+            <= m["store_timestamp"] - m["born_timestamp"]
+            <= (DELAY_S + DUE_SLACK_S) * 1000
+        )
         assert m["topic"] == topic
 
 
