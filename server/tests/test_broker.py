@@ -300,6 +300,11 @@ async def test_offsets_and_commit_side_effect(Broker) -> None:
         await c.aclose()
 
 
+def query_ext(topic: str, key: str) -> dict[str, str]:
+    """QUERY_MESSAGE's header over all time."""
+    return {"topic": topic, "key": key, "maxNum": "32", "beginTimestamp": "0", "endTimestamp": str(1 << 60)}
+
+
 @async_test
 async def test_query_and_view(Broker) -> None:
     async with Broker() as b:
@@ -311,13 +316,7 @@ async def test_query_and_view(Broker) -> None:
         assert view.code == 0 and bytes(next(iter_messages(view.body)).body) == b"findme"
         bad = await c.invoke(RemotingCommand.request(R.VIEW_MESSAGE_BY_ID, {"offset": "999999"}))
         assert bad.code == ResponseCode.SYSTEM_ERROR
-        qext = {
-            "topic": "Q",
-            "key": "order-2",
-            "maxNum": "32",
-            "beginTimestamp": "0",
-            "endTimestamp": str(1 << 60),
-        }
+        qext = query_ext("Q", "order-2")
         found = await c.invoke(RemotingCommand.request(R.QUERY_MESSAGE, qext))
         assert found.code == 0 and bytes(next(iter_messages(found.body)).body) == b"findme"
         uniq = await c.invoke(
@@ -340,13 +339,7 @@ async def test_a_query_waiting_for_the_index_does_not_stall_other_requests(Broke
         os.kill(dispatcher.proc.pid, signal.SIGSTOP)  # the index falls behind what is stored
         try:
             assert (await c.invoke(send_v2("QW", keys="late"))).code == 0
-            qext = {
-                "topic": "QW",
-                "key": "late",
-                "maxNum": "32",
-                "beginTimestamp": "0",
-                "endTimestamp": str(1 << 60),
-            }
+            qext = query_ext("QW", "late")
             query = asyncio.ensure_future(c.invoke(RemotingCommand.request(R.QUERY_MESSAGE, qext), 60))
             await asyncio.sleep(0.2)  # the query is waiting for the index by now
             offset = await other.invoke(
