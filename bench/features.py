@@ -19,13 +19,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+from rmqgate.compat_tests.servers import free_port
 from rmqgate.server.client import RemotingClient
 from rmqgate.wire import RemotingCommand
 from rmqgate.wire.codes import RequestCode
@@ -41,12 +41,6 @@ transactionCheckMax = 100
 messageDelayLevel = 1s 2s 1s 30s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s
 """
 BODY = b"x" * 1024
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def send_cmd(

@@ -16,7 +16,6 @@ import argparse
 import asyncio
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -27,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _timing import print_table
 
+from rmqgate.compat_tests.servers import free_port
 from rmqgate.tools.capture_cli import compute_stats
 from rmqgate.tools.proxy import broker_addresses
 from rmqgate.tools.replay import (
@@ -41,12 +41,6 @@ from rmqgate.wire.codes import RequestCode
 from rmqgate.wire.command import RemotingCommand
 
 TOPIC = "BenchReplayTopic"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Server:

@@ -8,6 +8,7 @@ when a test fails.
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -32,7 +33,25 @@ flushDiskType = ASYNC_FLUSH
 """
 
 
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port() -> int:
+    """A port free now, for a server started later. It is picked below the kernel's ephemeral range:
+    until the server binds it, no outgoing connection can be given it (a ``bind(0)`` port can)."""
+    low = _ephemeral_low()
+    for _ in range(200 if low > 11_000 else 0):
+        port = random.randrange(10_000, low)
+        with socket.socket() as s:
+            try:
+                s.bind(("", port))
+            except OSError:
+                continue
+            return port
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]

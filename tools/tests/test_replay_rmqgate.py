@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from rmqgate.compat_tests.servers import free_port
 from rmqgate.server.client import RemotingClient
 from rmqgate.tools.capture import CaptureWriter, Direction, Kind, read_capture
 from rmqgate.tools.proxy import RecordingProxy
@@ -58,12 +58,6 @@ transactionCheckInterval = 1000
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 async def _stored(broker: str, topic: str, queues: int = 8) -> int:
     """How many messages the broker holds in ``topic`` (GET_MAX_OFFSET over its queues)."""
     c = await RemotingClient.connect_addr(broker)
@@ -85,7 +79,7 @@ class Rmqgate:
 
     def __init__(self, workdir: Path, ports: tuple[int, int] | None = None) -> None:
         self.workdir = workdir
-        self.namesrv_port, self.broker_port = ports or (_free_port(), _free_port())
+        self.namesrv_port, self.broker_port = ports or (free_port(), free_port())
         self.log = workdir / "rmqgate.log"
         self._log = self.log.open("ab")
         exe = Path(sys.executable).with_name("rmqgate")
