@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from rmqgate.compat_tests.servers import free_port
-from rmqgate.server.client import RemotingClient
+from rmqgate.compat_tests.wire_client import WireClient, wait_until
 from rmqgate.tools.capture import CaptureWriter, Direction, Kind, read_capture
 from rmqgate.tools.proxy import RecordingProxy
 from rmqgate.tools.replay import ReplayOptions, replay_file
@@ -58,20 +58,13 @@ transactionCheckInterval = 1000
 """
 
 
-async def _stored(broker: str, topic: str, queues: int = 8) -> int:
+def _stored(broker: str, topic: str, queues: int = 8) -> int:
     """How many messages the broker holds in ``topic`` (GET_MAX_OFFSET over its queues)."""
-    c = await RemotingClient.connect_addr(broker)
-    try:
-        total = 0
-        for q in range(queues):
-            r = await c.invoke(
-                RemotingCommand.request(RequestCode.GET_MAX_OFFSET, {"topic": topic, "queueId": str(q)})
-            )
-            if r.code == 0 and r.ext_fields:
-                total += int(r.ext_fields.get("offset", "0"))
-        return total
-    finally:
-        await c.aclose()
+    with WireClient(broker, timeout=3) as c:
+        replies = [
+            c.invoke(RequestCode.GET_MAX_OFFSET, {"topic": topic, "queueId": q}) for q in range(queues)
+        ]
+    return sum(int((r.ext_fields or {}).get("offset", 0)) for r in replies if r.code == 0)
 
 
 class Rmqgate:
@@ -251,10 +244,11 @@ def test_cpp_client_killed_mid_stream_through_proxy(tmp_path: Path, rmqgate: Rmq
         env.pop("PYTHONPATH", None)
         proc = subprocess.Popen([sys.executable, str(CPP_DRIVER), json.dumps(args)], env=env, cwd=home,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
-        deadline = time.monotonic() + 60
-        while asyncio.run(_stored(f"127.0.0.1:{rmqgate.broker_port}", "KillTopic")) <= 20:
-            assert proc.poll() is None and time.monotonic() < deadline, "the C++ producer is not sending"
-            time.sleep(0.2)
+        broker = f"127.0.0.1:{rmqgate.broker_port}"
+        wait_until(
+            lambda: proc.poll() is not None or _stored(broker, "KillTopic") > 20, timeout=60, interval=0.2
+        )
+        assert proc.poll() is None and _stored(broker, "KillTopic") > 20, "the C++ producer is not sending"
         proc.send_signal(signal.SIGKILL)  # mid-stream
         proc.wait()
 
