@@ -63,6 +63,8 @@ class MappedFile:
         "_fd",
         "_open",
         "_release_flushed",
+        "_syscalls",
+        "_syscalls_done",
         "buf",
         "file_from_offset",
         "file_size",
@@ -114,6 +116,8 @@ class MappedFile:
         self._open = True
         self._address = _mapping_address(self.mm) if _msync is not None else 0
         self._release_flushed = release_flushed
+        self._syscalls = 0  # msync/madvise calls on the mapping now running (see _pin)
+        self._syscalls_done = threading.Condition(threading.Lock())
         self.buf = memoryview(self.mm)
         self.wrote_position = 0
         self.flushed_position = 0
@@ -140,28 +144,53 @@ class MappedFile:
         finally:
             os.close(fd)
 
+    def _pin(self) -> bool:
+        """Keep the mapping in place until ``_unpin`` (False once closed): ``close`` waits for every
+        msync/madvise that ``_pin``\ned it. Otherwise another thread could unmap the range between
+        our check and the call, and a new mapping (e.g. Python's own heap) take the address:
+        MADV_DONTNEED would then zero live memory."""
+        with self._syscalls_done:
+            if not self._open:
+                return False
+            self._syscalls += 1
+            return True
+
+    def _unpin(self) -> None:
+        with self._syscalls_done:
+            self._syscalls -= 1
+            if not self._syscalls:
+                self._syscalls_done.notify_all()
+
     def sync_range(self, start: int, end: int) -> None:
         """Make ``[start, end)`` durable: msync of those pages (GIL released), else fdatasync."""
         if not self._address:
             self.sync()
             return
         start -= start % PAGE_SIZE
-        if not self._open:
+        end = min(end, self.file_size)
+        if not self._pin():
             raise ValueError(f"{self.path}: flush after close")
-        if _msync(self._address + start, end - start, _MS_SYNC) != 0:
+        try:
+            failed = _msync(self._address + start, end - start, _MS_SYNC) != 0
             err = ctypes.get_errno()
+        finally:
+            self._unpin()
+        if failed:
             raise OSError(err, f"msync {self.path}: {os.strerror(err)}")
 
     def release_pages(self, start: int, end: int) -> None:
         """Unmap the whole pages of ``[start, end)`` from the page tables (one TLB flush for all of
         them); the page-cache pages and their dirty state stay, and a later access maps them again.
         Only for bytes nobody writes again: a rewrite would just fault the page back in."""
-        if not self._address or not self._open:
-            return
+        end = min(end, self.file_size)
         start -= start % PAGE_SIZE
         end -= end % PAGE_SIZE
-        if end > start:
+        if end <= start or not self._address or not self._pin():
+            return
+        try:
             _madvise(self._address + start, end - start, _MADV_DONTNEED)
+        finally:
+            self._unpin()
 
     def populate(self, start: int, end: int) -> bool:
         """Map ``[start, end)`` writable into the page tables now (GIL released), so the writer's first
@@ -171,15 +200,21 @@ class MappedFile:
         that read ahead (the writer's first touch of a sparse segment) leaves a marker; a populating
         fault on it reads the next window ahead and marks that one, chunk after chunk: every page
         zero-filled twice, 80% of the warmer's CPU in a broker profile."""
-        if not self._address or not self._open:  # an address only when libc's msync/madvise loaded
-            return False
+        end = min(end, self.file_size)
         start -= start % PAGE_SIZE
+        if end <= start:
+            return True
+        if not self._address or not self._pin():  # an address only when libc's msync/madvise loaded
+            return False
         address, length = self._address + start, end - start
-        _madvise(address, length, _MADV_RANDOM)
         try:
-            return _madvise(address, length, _MADV_POPULATE_WRITE) == 0
+            _madvise(address, length, _MADV_RANDOM)
+            try:
+                return _madvise(address, length, _MADV_POPULATE_WRITE) == 0
+            finally:
+                _madvise(address, length, _MADV_NORMAL)
         finally:
-            _madvise(address, length, _MADV_NORMAL)
+            self._unpin()
 
     def flush(self) -> int:
         """Sync what was written since the last flush; returns the flushed position. With
@@ -205,9 +240,12 @@ class MappedFile:
             pos = end
 
     def close(self) -> None:
-        if not self._open:
-            return
-        self._open = False
+        with self._syscalls_done:
+            if not self._open:
+                return
+            self._open = False
+            while self._syscalls:
+                self._syscalls_done.wait()
         try:
             self.buf.release()
             self.mm.close()

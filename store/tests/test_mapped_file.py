@@ -152,3 +152,42 @@ def test_release_flushed_unmaps_only_the_pages_written_full(tmp_path: Path, rele
             os.close(fd)
     finally:
         f.close()
+
+
+@pytest.mark.parametrize("call", ["release_pages", "populate", "sync_range"])
+def test_close_waits_for_a_running_msync_or_madvise(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, call: str
+) -> None:
+    """A close from another thread (topic deletion, cleanup) must not unmap the range while the flush
+    or warmer thread is inside msync/madvise on it: the address could be mapped again meanwhile
+    (Python's heap), and MADV_DONTNEED there would zero live memory."""
+    import threading
+
+    from rmqgate.store import mapped_file
+
+    if mapped_file._madvise is None:
+        pytest.skip("no libc msync/madvise")
+    entered, proceed = threading.Event(), threading.Event()
+    real = mapped_file._madvise if call != "sync_range" else mapped_file._msync
+
+    def blocking(address: int, length: int, flag: int) -> int:
+        entered.set()
+        proceed.wait(30)
+        return int(real(address, length, flag))
+
+    monkeypatch.setattr(mapped_file, "_madvise" if call != "sync_range" else "_msync", blocking)
+    f = MappedFile(tmp_path / offset_to_file_name(0), SIZE, release_flushed=True)
+    f.buf[: PAGE_SIZE * 3] = os.urandom(PAGE_SIZE * 3)
+    user = threading.Thread(target=getattr(f, call), args=(0, PAGE_SIZE * 3))
+    user.start()
+    assert entered.wait(30)
+    closer = threading.Thread(target=f.close)
+    closer.start()
+    closer.join(0.5)
+    assert closer.is_alive(), "close() unmapped the file during a running msync/madvise"
+    assert not f.is_open  # no new call starts meanwhile
+    assert not f.populate(0, PAGE_SIZE)
+    proceed.set()
+    user.join(30)
+    closer.join(30)
+    assert not closer.is_alive() and not user.is_alive()
