@@ -131,7 +131,7 @@ class SendMessageProcessor(RequestProcessor):
         self.max_message_size = broker.config.maxMessageSize
         self._json_ok = (
             '{"code":0,"extFields":{"MSG_REGION":' + json.dumps(self.region, ensure_ascii=False).replace("%", "%%")
-            + ',"TRACE_ON":"' + self.trace_on + '","msgId":"%s","queueId":"%d","queueOffset":"%d"},"flag":1,'
+            + ',"TRACE_ON":"' + self.trace_on + '","msgId":"%s%016X","queueId":"%d","queueOffset":"%d"},"flag":1,'
             '"language":"JAVA","opaque":%d,"serializeTypeCurrentRPC":"JSON","version":' + str(BROKER_VERSION) + "}"
         ).encode()  # fmt: skip
 
@@ -222,10 +222,15 @@ class SendMessageProcessor(RequestProcessor):
 
     def response(self, request: RemotingCommand, result: PutResult) -> RemotingCommand | bytes:
         status = result.status
-        if status is _PUT_OK and request.serialize_type == _JSON:
+        if status is _PUT_OK and request.serialize_type == _JSON and result.msg_ids is None:
             # the common answer, encoded in one step: what encode_json_header writes for it
-            msg_id = result.msg_id.encode()
-            head = self._json_ok % (msg_id, result.queue_id, result.queue_offset, request.opaque)
+            head = self._json_ok % (
+                result.msg_id_prefix,
+                result.physical_offset,
+                result.queue_id,
+                result.queue_offset,
+                request.opaque,
+            )
             return _pack_frame_prefix(4 + len(head), len(head)) + head
         code = _PUT_WITH_HEADER.get(status)
         if code is None:

@@ -113,7 +113,7 @@ class GetMessageStatus(enum.Enum):
 @dataclass(slots=True)
 class PutResult:
     status: PutMessageStatus
-    msg_id: str = ""  # offsetMsgId; comma-joined for batches
+    msg_ids: str | None = None  # batches: the comma-joined offsetMsgIds (single puts: see msg_id)
     queue_id: int = 0
     queue_offset: int = 0  # first logical offset (batch: consecutive from here)
     physical_offset: int = 0
@@ -125,6 +125,18 @@ class PutResult:
     #: An ``asyncio.Future`` of the running loop when put from a loop thread (committed with the other
     #: puts of that loop round), else a ``concurrent.futures.Future``; ``asyncio.wrap_future`` takes both.
     durable: Future[PutMessageStatus] | asyncio.Future[PutMessageStatus] | None = None
+    #: hex of the store host and port: a single put's offsetMsgId is this + ``%016X`` of physical_offset
+    msg_id_prefix: bytes = b""
+
+    @property
+    def msg_id(self) -> str:
+        """offsetMsgId (comma-joined for a batch), built when first asked for, as RocketMQ's
+        ``AppendMessageResult`` does with its msgIdSupplier: most callers never need the text."""
+        if self.msg_ids is not None:
+            return self.msg_ids
+        if not self.msg_id_prefix:
+            return ""
+        return f"{self.msg_id_prefix.decode()}{self.physical_offset:016X}"
 
 
 @dataclass(slots=True)

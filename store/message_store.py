@@ -434,7 +434,7 @@ class DefaultMessageStore:
         self._store_host = addr.packed
         # offsetMsgId = hex(store host, port) + 16 hex digits of the CommitLog offset (the broker
         # may set config.store_port once it listens, so the prefix is keyed by the port)
-        self._msg_id_prefix = (-1, "")
+        self._msg_id_prefix = (-1, b"")
         self._store_v6_flag = _STOREHOST_V6 if addr.version == 6 else 0
         self._put_lock = threading.Lock()
         self._clean_lock = threading.Lock()
@@ -937,11 +937,10 @@ class DefaultMessageStore:
                     listener(d)
         prefix_port, prefix = self._msg_id_prefix
         if prefix_port != port:
-            prefix = encode_offset_msg_id(self._store_host, port, 0)[:-16]
+            prefix = encode_offset_msg_id(self._store_host, port, 0)[:-16].encode()
             self._msg_id_prefix = (port, prefix)
-        msg_id = prefix + f"{phys:016X}"
         return PutResult(
-            PutMessageStatus.PUT_OK, msg_id, queue_id, qoff, phys, n, 1, store_ts, topic, durable
+            PutMessageStatus.PUT_OK, None, queue_id, qoff, phys, n, 1, store_ts, topic, durable, prefix
         )
 
     def put_messages(self, msgs: Sequence[MessageExt]) -> PutResult:

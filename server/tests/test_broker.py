@@ -510,13 +510,15 @@ def test_fast_send_response_matches_generic_encoding() -> None:
     proc = SendMessageProcessor(broker)  # type: ignore[arg-type]
     req = send_v2("T")
     req.opaque = 123456
-    result = PutResult(PutMessageStatus.PUT_OK, "7F00000100002A9F0000000000000000", 3, 77)
+    result = PutResult(
+        PutMessageStatus.PUT_OK, None, 3, 77, physical_offset=0x8EE24ED2, msg_id_prefix=b"7F00000100002A9F"
+    )
     fast = proc.response(req, result)
     assert isinstance(fast, bytes)
     ext = {
         "MSG_REGION": 'Reg"ion%1',
         "TRACE_ON": "true",
-        "msgId": result.msg_id,
+        "msgId": "7F00000100002A9F000000008EE24ED2",
         "queueId": "3",
         "queueOffset": "77",
     }
