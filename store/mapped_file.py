@@ -171,12 +171,11 @@ class MappedFile:
         if not self._pin():
             raise ValueError(f"{self.path}: flush after close")
         try:
-            failed = _msync(self._address + start, end - start, _MS_SYNC) != 0
-            err = ctypes.get_errno()
+            if _msync(self._address + start, end - start, _MS_SYNC) != 0:
+                err = ctypes.get_errno()
+                raise OSError(err, f"msync {self.path}: {os.strerror(err)}")
         finally:
             self._unpin()
-        if failed:
-            raise OSError(err, f"msync {self.path}: {os.strerror(err)}")
 
     def release_pages(self, start: int, end: int) -> None:
         """Unmap the whole pages of ``[start, end)`` from the page tables (one TLB flush for all of

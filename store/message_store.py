@@ -937,11 +937,16 @@ class DefaultMessageStore:
                     listener(d)
         prefix_port, prefix = self._msg_id_prefix
         if prefix_port != port:
-            prefix = encode_offset_msg_id(self._store_host, port, 0)[:-16].encode()
-            self._msg_id_prefix = (port, prefix)
+            prefix = self._offset_msg_id_prefix(port)
         return PutResult(
             PutMessageStatus.PUT_OK, None, queue_id, qoff, phys, n, 1, store_ts, topic, durable, prefix
         )
+
+    def _offset_msg_id_prefix(self, port: int) -> bytes:
+        """Hex of the store host and ``port``: an offsetMsgId less its 16 offset digits (cached)."""
+        prefix = encode_offset_msg_id(self._store_host, port, 0)[:-16].encode()
+        self._msg_id_prefix = (port, prefix)
+        return prefix
 
     def put_messages(self, msgs: Sequence[MessageExt]) -> PutResult:
         """Append one message or a batch (same topic/queue, consecutive queue offsets, written atomically)."""
@@ -1041,15 +1046,26 @@ class DefaultMessageStore:
         for d in dispatched:
             for listener, _ in listeners:
                 listener(d)
-        if len(msgs) == 1:
-            msg_id = encode_offset_msg_id(self._store_host, self.config.store_port, phys0)
-        else:
-            msg_id = ",".join(
-                encode_offset_msg_id(self._store_host, self.config.store_port, m.commit_log_offset)
-                for m in msgs
-            )
+        port = self.config.store_port
+        prefix_port, prefix = self._msg_id_prefix
+        if prefix_port != port:
+            prefix = self._offset_msg_id_prefix(port)
+        msg_ids = None  # one message: built on demand from the prefix, like put_message's
+        if len(msgs) > 1:
+            text = prefix.decode()
+            msg_ids = ",".join(f"{text}{m.commit_log_offset:016X}" for m in msgs)
         return PutResult(
-            PutMessageStatus.PUT_OK, msg_id, queue_id, qoff0, phys0, n, len(msgs), store_ts, topic, durable
+            PutMessageStatus.PUT_OK,
+            msg_ids,
+            queue_id,
+            qoff0,
+            phys0,
+            n,
+            len(msgs),
+            store_ts,
+            topic,
+            durable,
+            prefix,
         )
 
     # ------------------------------------------------------------------ read path

@@ -513,12 +513,13 @@ def test_fast_send_response_matches_generic_encoding() -> None:
     result = PutResult(
         PutMessageStatus.PUT_OK, None, 3, 77, physical_offset=0x8EE24ED2, msg_id_prefix=b"7F00000100002A9F"
     )
+    assert result.msg_id == "7F00000100002A9F000000008EE24ED2"
     fast = proc.response(req, result)
     assert isinstance(fast, bytes)
     ext = {
         "MSG_REGION": 'Reg"ion%1',
         "TRACE_ON": "true",
-        "msgId": "7F00000100002A9F000000008EE24ED2",
+        "msgId": result.msg_id,
         "queueId": "3",
         "queueOffset": "77",
     }

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes
 import os
 import resource
+import threading
 from pathlib import Path
 
 import pytest
@@ -161,8 +162,6 @@ def test_close_waits_for_a_running_msync_or_madvise(
     """A close from another thread (topic deletion, cleanup) must not unmap the range while the flush
     or warmer thread is inside msync/madvise on it: the address could be mapped again meanwhile
     (Python's heap), and MADV_DONTNEED there would zero live memory."""
-    import threading
-
     from rmqgate.store import mapped_file
 
     if mapped_file._madvise is None:
