@@ -254,8 +254,7 @@ class SendMessageProcessor(RequestProcessor):
         assert result.durable is not None
 
         def respond(status: PutMessageStatus) -> RemotingCommand | bytes:
-            result.status = status
-            return self.response(request, result)
+            return self.response(request, result._replace(status=status))
 
         return Pending(asyncio.wrap_future(result.durable), respond)
 

@@ -30,7 +30,7 @@ import enum
 from collections.abc import Callable, Collection, Container, Iterator, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 if TYPE_CHECKING:
     from rmqgate.wire.message import MessageExt
@@ -110,8 +110,10 @@ class GetMessageStatus(enum.Enum):
     NO_MESSAGE_IN_QUEUE = "NO_MESSAGE_IN_QUEUE"
 
 
-@dataclass(slots=True)
-class PutResult:
+class PutResult(NamedTuple):
+    """What an append did. A tuple: the put path builds one per message, and a tuple is the cheapest
+    object Python makes (``tuple.__new__(PutResult, fields)`` skips even the generated ``__new__``)."""
+
     status: PutMessageStatus
     msg_ids: str | None = None  # batches: the comma-joined offsetMsgIds (single puts: see msg_id)
     queue_id: int = 0

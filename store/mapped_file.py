@@ -27,8 +27,13 @@ try:
     _madvise = _libc.madvise
     _madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
     _madvise.restype = ctypes.c_int
+    # Advice that returns at once keeps the GIL: getting it back after a release costs a background
+    # thread up to a switch interval (5 ms) while another thread keeps appending.
+    _madvise_holding_gil = ctypes.PyDLL(None).madvise
+    _madvise_holding_gil.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+    _madvise_holding_gil.restype = ctypes.c_int
 except (OSError, AttributeError):  # no libc msync: whole-file fdatasync instead
-    _msync = _madvise = None
+    _msync = _madvise = _madvise_holding_gil = None
 _MADV_POPULATE_WRITE = 23  # Linux 5.14+; older kernels answer EINVAL and the writer faults pages in
 _MADV_NORMAL = 0
 _MADV_RANDOM = 1
@@ -207,11 +212,11 @@ class MappedFile:
             return False
         address, length = self._address + start, end - start
         try:
-            _madvise(address, length, _MADV_RANDOM)
+            _madvise_holding_gil(address, length, _MADV_RANDOM)
             try:
                 return _madvise(address, length, _MADV_POPULATE_WRITE) == 0
             finally:
-                _madvise(address, length, _MADV_NORMAL)
+                _madvise_holding_gil(address, length, _MADV_NORMAL)
         finally:
             self._unpin()
 

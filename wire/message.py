@@ -741,18 +741,16 @@ def encode_message_into(msg: MessageExt, buf: bytearray | memoryview, pos: int, 
             text = format_properties(properties)
     else:
         text = _properties_text(properties, raw)
-    props = _utf8_within(text, "properties", MAX_PROPERTIES_BYTES)
-    props_len = len(props)
+    try:
+        props = text.encode()
+    except UnicodeEncodeError:
+        props = _utf8_within(text, "properties", MAX_PROPERTIES_BYTES)  # raises, saying why
     sys_flag = msg.sys_flag
     pack_rest, born_width, store_width = _RECORD_REST[sys_flag & _HOST_FLAGS]
     born_host = msg.born_host
     store_host = msg.store_host
-    if len(born_host) != born_width:
-        raise MessageFormatError(f"born host of {len(born_host)} bytes disagrees with sysFlag 0x{sys_flag:X}")
-    if len(store_host) != store_width:
-        raise MessageFormatError(
-            f"store host of {len(store_host)} bytes disagrees with sysFlag 0x{sys_flag:X}"
-        )
+    if len(born_host) != born_width or len(store_host) != store_width:
+        raise _host_width_error(born_host, store_host, sys_flag)
     body = msg.body
     crc = _crc32(body) & 0x7FFFFFFF
     try:
@@ -778,11 +776,12 @@ def encode_message_into(msg: MessageExt, buf: bytearray | memoryview, pos: int, 
                 ),
                 body,
                 topic_part,
-                _pack_properties_length(props_len),
+                _pack_properties_length(len(props)),  # past MAX_PROPERTIES_BYTES: struct.error
                 props,
             )
         )
     except struct.error as exc:
+        _utf8_within(text, "properties", MAX_PROPERTIES_BYTES)  # the properties length: raises, saying so
         raise MessageFormatError(f"message field out of range: {exc}") from None
     total = _REST_POS + len(rest)
     end = pos + total
@@ -794,6 +793,12 @@ def encode_message_into(msg: MessageExt, buf: bytearray | memoryview, pos: int, 
     msg.body_crc = crc
     msg.magic = magic
     return total
+
+
+def _host_width_error(born_host: bytes, store_host: bytes, sys_flag: int) -> MessageFormatError:
+    born_width = _RECORD_REST[sys_flag & _HOST_FLAGS][1]
+    which, host = ("born", born_host) if len(born_host) != born_width else ("store", store_host)
+    return MessageFormatError(f"{which} host of {len(host)} bytes disagrees with sysFlag 0x{sys_flag:X}")
 
 
 _NO_LIMIT = 1 << 62

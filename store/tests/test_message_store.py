@@ -158,6 +158,20 @@ def test_illegal_messages(store: DefaultMessageStore) -> None:
     assert store.put_message(huge_props).status is PutMessageStatus.PROPERTIES_SIZE_EXCEEDED
 
 
+def test_a_record_over_the_size_limit_is_refused_and_not_written(tmp_path: Path) -> None:
+    """Body within maxMessageSize, but the whole record (properties included) over it plus 4 KiB."""
+    s = DefaultMessageStore.open(cfg(tmp_path, max_message_size=1024), start_services=False)
+    try:
+        assert s.put_message(msg(body=bytes(1000), P="v" * 3000)).status is PutMessageStatus.PUT_OK
+        end = s.get_max_phy_offset()
+        assert s.put_message(msg(body=bytes(1000), P="v" * 5000)).status is PutMessageStatus.MESSAGE_ILLEGAL
+        assert s.get_max_phy_offset() == end and s.get_max_offset_in_queue("T", 0) == 1
+        assert s.put_message(msg(body=b"after")).status is PutMessageStatus.PUT_OK
+        assert decode_message(s.get_messages("T", 0, 1, 1).buffers[0]).body == b"after"
+    finally:
+        s.shutdown()
+
+
 def test_delay_redirects_to_schedule_topic(store: DefaultMessageStore) -> None:
     res = store.put_message(msg(topic="Real", qid=2, DELAY="3", TAGS="x"))
     assert res.topic == SCHEDULE_TOPIC and res.queue_id == 2
@@ -464,7 +478,7 @@ def test_offset_by_time_picks_exact_or_closest(tmp_path: Path, monkeypatch: pyte
     import rmqgate.store.message_store as ms
 
     times = iter([1000, 2000, 2000, 2000, 5000, 9000])
-    monkeypatch.setattr(ms, "_now_ms", lambda: next(times))
+    monkeypatch.setattr(ms, "_time_ns", lambda: next(times) * 1_000_000)
     s = DefaultMessageStore.open(cfg(tmp_path), start_services=False)
     try:
         for _ in range(6):
@@ -557,6 +571,40 @@ def test_commitlog_warmer_zeroes_ahead_without_touching_records(tmp_path: Path) 
             got = [r for r in records if r.queue_id == q]
             assert s.get_max_offset_in_queue("T", q) == len(got)
             assert [r.queue_offset for r in got] == list(range(len(got)))
+    finally:
+        s.shutdown()
+
+
+def test_commitlog_warmer_sleeps_until_appends_near_its_end(tmp_path: Path) -> None:
+    """The warmer runs when an append comes within commitlog_warm_ahead of the warmed end, not on a
+    timer: an idle store leaves it asleep (each wake-up takes the GIL from the appending thread)."""
+    ahead = 256 * 1024
+    s = DefaultMessageStore.open(
+        cfg(tmp_path, mapped_file_size_commitlog=16 * 1024 * 1024, commitlog_warm_ahead=ahead)
+    )
+    warmer = s._warmer
+    assert warmer is not None
+    passes: list[float] = []
+    chunk = warmer._warm_one_chunk
+    warmer._warm_one_chunk = lambda: passes.append(time.monotonic()) or chunk()  # type: ignore[method-assign]
+    try:
+        body = os.urandom(1000)
+
+        def warmed_past(offset: int) -> None:
+            deadline = time.monotonic() + 30
+            while warmer.warmed_to <= offset + ahead and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert warmer.warmed_to > offset + ahead
+
+        s.put_message(msg(body=body))
+        warmed_past(s.get_max_phy_offset())
+        time.sleep(0.05)
+        idle_from = len(passes)
+        time.sleep(0.6)  # a 10 ms timer would have run ~60 passes; the 1 s safety timeout at most one
+        assert len(passes) - idle_from <= 1
+        while s.get_max_phy_offset() < 2 * 1024 * 1024:  # appends well past the first warmed range
+            assert s.put_message(msg(body=body)).status is PutMessageStatus.PUT_OK
+        warmed_past(s.get_max_phy_offset())  # woken by the appends, it kept ahead of them
     finally:
         s.shutdown()
 

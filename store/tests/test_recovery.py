@@ -260,7 +260,7 @@ def test_abnormal_recovery_starts_from_checkpoint_segment(
     import rmqgate.store.message_store as ms
 
     clock = iter(range(1_700_000_000_000, 1_800_000_000_000, 1000))  # one second per append
-    monkeypatch.setattr(ms, "_now_ms", lambda: next(clock))
+    monkeypatch.setattr(ms, "_time_ns", lambda: next(clock) * 1_000_000)
     cfg = small(tmp_path)
     cfg.max_index_num = 30  # full index files are kept after a crash; only the open one is rebuilt
     s = DefaultMessageStore.open(cfg, start_services=False)
