@@ -1,7 +1,12 @@
-"""Shared timing helpers for the benchmarks: best-of-N per-operation timings and table printing."""
+"""Shared timing helpers for the benchmarks: best-of-N per-operation timings, table printing, and how
+much a busy second CPU slows this one (the context for work moved to "the other core")."""
 
 from __future__ import annotations
 
+import os
+import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Sequence
 
@@ -38,3 +43,39 @@ def print_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> Non
         )
         if n == 0:
             print("  ".join("-" * w for w in widths))
+
+
+def _spin_seconds(n: int = 3_000_000) -> float:
+    start = time.perf_counter()
+    x = 0
+    for i in range(n):
+        x += i
+    return time.perf_counter() - start
+
+
+def busy_neighbour_speed(rounds: int = 3) -> float | None:
+    """Speed of a CPU-bound loop on one CPU while another process spins on a second CPU, relative to
+    the same loop alone (median of alternating rounds): 1.0 for independent cores, lower where two
+    vCPUs share a physical core. What a helper process or thread on "the other core" costs the
+    thread it was meant to relieve. None with fewer than two CPUs."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        return None
+    saved = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {cpus[0]})
+    spin = f"import os\nos.sched_setaffinity(0, {{{cpus[1]}}})\nwhile True: pass"
+    alone: list[float] = []
+    shared: list[float] = []
+    try:
+        for _ in range(rounds):
+            alone.append(_spin_seconds())
+            neighbour = subprocess.Popen([sys.executable, "-c", spin])
+            try:
+                time.sleep(0.3)  # started and spinning
+                shared.append(_spin_seconds())
+            finally:
+                neighbour.kill()
+                neighbour.wait()
+    finally:
+        os.sched_setaffinity(0, saved)
+    return statistics.median(alone) / statistics.median(shared)

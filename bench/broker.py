@@ -22,6 +22,10 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _timing import busy_neighbour_speed
+
 from rmqgate.wire import FrameDecoder, RemotingCommand, encode_frame
 from rmqgate.wire.codes import RequestCode
 from rmqgate.wire.message import format_properties
@@ -273,6 +277,11 @@ def main() -> None:
           f"(median {statistics.median(per_round):.0%})")  # fmt: skip
     print(f"ASYNC_FLUSH sends/s = {ratio:.0%} of the floor (target >= {TARGET_RATIO:.0%}); "
           f"SYNC_FLUSH = {results['SYNC_FLUSH'][0] / floor_rate:.0%}")  # fmt: skip
+    speed = busy_neighbour_speed()
+    if speed is not None:
+        print(f"this machine: a CPU-bound loop runs at {speed:.2f}x its own speed while a second CPU is busy "
+              "(1.00 = independent cores); the load generator shares the second CPU with rmqgate's index "
+              "dispatcher, with nothing in the floor runs")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -27,6 +27,10 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _timing import busy_neighbour_speed
+
 from rmqgate.store.api import GetMessageStatus, StoreConfig
 from rmqgate.store.message_store import DefaultMessageStore
 from rmqgate.wire.message import MessageExt, encode_message
@@ -253,6 +257,13 @@ def main() -> None:
         + " ".join(f"{x:.2f}" for x in g_ratio)
         + " (the device's group-commit ceiling for this many writers)"
     )
+    speed = busy_neighbour_speed()
+    if speed is not None:
+        print(
+            f"this machine: a CPU-bound loop runs at {speed:.2f}x its own speed while a second CPU is busy "
+            "(1.00 = independent cores); the ASYNC rows share the machine with the index dispatcher and "
+            "the warmer, the floors with nothing"
+        )
 
 
 if __name__ == "__main__":
