@@ -193,8 +193,9 @@ def test_pull_status_mapping(cluster, uniq, make_topic, broker):
     assert resp.ext_fields["nextBeginOffset"] == "2"
     resp = pull_all(broker, group, topic, 0, 50)
     assert resp.code == ResponseCode.PULL_OFFSET_MOVED
-    # OFFSET_OVERFLOW_BADLY corrects to the min offset when it is 0 (DefaultMessageStore.getMessage)
-    assert resp.ext_fields["nextBeginOffset"] == "0"
+    # OFFSET_OVERFLOW_BADLY corrects to the max offset, min offset 0 or not (4.9.8's getMessage; the
+    # corpus's h_PullByOffset pull at 110 got nextBeginOffset=10): a consumer resuming there re-reads nothing
+    assert resp.ext_fields["nextBeginOffset"] == "2"
     resp = pull_all(broker, group, topic, 0, 1, max_nums=1)
     assert resp.code == ResponseCode.SUCCESS
     assert len(decode_messages(resp.body)) == 1

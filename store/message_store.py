@@ -1160,7 +1160,9 @@ class DefaultMessageStore:
         if offset == max_off:
             return GetResult(S.OFFSET_OVERFLOW_ONE, offset, min_off, max_off)
         if offset > max_off:
-            return GetResult(S.OFFSET_OVERFLOW_BADLY, min_off if min_off == 0 else max_off, min_off, max_off)
+            # to the max offset whatever the min (4.9.4+; before, to 0 while the min was 0): what the
+            # stock 4.9.8 broker answered in the corpus (h_PullByOffset, queueOffset=110 -> 10)
+            return GetResult(S.OFFSET_OVERFLOW_BADLY, max_off, min_off, max_off)
         units = cq.get_index_buffer(offset)
         if units is None:
             return GetResult(S.OFFSET_FOUND_NULL, cq.roll_next_file(offset), min_off, max_off)
@@ -1237,6 +1239,13 @@ class DefaultMessageStore:
         cq = self.consume_queues.get((topic, queue_id))
         unit = cq.get_unit(offset) if cq else None
         return unit[0] if unit else 0
+
+    def check_in_disk_by_consume_offset(self, topic: str, queue_id: int, offset: int) -> bool:
+        """``checkInDiskByConsumeOffset``: the message at ``offset`` lies further behind the CommitLog's
+        end than accessMessageInMemoryMaxRatio of physical memory (False when there is none)."""
+        cq = self.consume_queues.get((topic, queue_id))
+        unit = cq.get_unit(offset) if cq else None
+        return unit is not None and self._is_in_disk(unit[0], self.commitlog.get_max_offset())
 
     def get_offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp: int) -> int:
         cq = self.consume_queues.get((topic, queue_id))
