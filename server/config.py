@@ -72,6 +72,7 @@ class BrokerConfig:
     fileReservedTime: int = 72
     deleteWhen: str = "04"
     diskMaxUsedSpaceRatio: int = 75
+    accessMessageInMemoryMaxRatio: int = 40
     maxTransferCountOnMessageInMemory: int = 32
     maxTransferBytesOnMessageInMemory: int = 256 * 1024
     defaultQueryMaxNum: int = 32
@@ -121,6 +122,7 @@ class BrokerConfig:
             delete_when=self.deleteWhen,
             disk_max_used_space_ratio=self.diskMaxUsedSpaceRatio,
             max_message_size=self.maxMessageSize,
+            access_message_in_memory_max_ratio=self.accessMessageInMemoryMaxRatio,
             max_transfer_count_on_message_in_memory=self.maxTransferCountOnMessageInMemory,
             max_transfer_bytes_on_message_in_memory=self.maxTransferBytesOnMessageInMemory,
             default_query_max_num=self.defaultQueryMaxNum,

@@ -63,10 +63,12 @@ class OffsetProcessor(RequestProcessor):
             if offset >= 0:
                 return request.response(ResponseCode.SUCCESS, ext_fields={"offset": str(offset)})
             # No committed offset: a queue that still starts at 0 is read from 0 (a new group on a new
-            # topic), otherwise the client decides (consumeFromWhere).
+            # topic) unless that message is no longer in the page cache (a long backlog); otherwise
+            # the client decides (consumeFromWhere). ConsumerManageProcessor.queryConsumerOffset.
             if (
                 q.set_zero_if_not_found is not False
                 and store.get_min_offset_in_queue(q.topic, q.queue_id) <= 0
+                and not store.check_in_disk_by_consume_offset(q.topic, q.queue_id, 0)
             ):
                 return request.response(ResponseCode.SUCCESS, ext_fields={"offset": "0"})
             return request.response(

@@ -404,6 +404,38 @@ async def test_heartbeat_consumer_list_and_notify(Broker) -> None:
 
 
 @async_test
+async def test_notify_consumer_ids_changed_disabled_for_every_change(Broker) -> None:
+    """notifyConsumerIdsChangedEnable=false: no NOTIFY_CONSUMER_IDS_CHANGED when a consumer joins,
+    unregisters or disconnects (Java's listener checks it for every CHANGE)."""
+    async with Broker(notifyConsumerIdsChangedEnable=False) as b:
+        notices: list[RemotingCommand] = []
+
+        async def on_request(cmd: RemotingCommand) -> None:
+            notices.append(cmd)
+
+        c1 = await b.client(on_request=on_request)
+        assert (await c1.invoke(heartbeat("cid-1", "G", "NT"))).code == 0
+        c2 = await b.client()
+        assert (await c2.invoke(heartbeat("cid-2", "G", "NT"))).code == 0
+        c3 = await b.client()
+        assert (await c3.invoke(heartbeat("cid-3", "G", "NT"))).code == 0
+        unreg = RemotingCommand.request(R.UNREGISTER_CLIENT, {"clientID": "cid-2", "consumerGroup": "G"})
+        assert (await c2.invoke(unreg)).code == 0
+        await c3.aclose()
+        lst = RemotingCommand.request(R.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": "G"})
+
+        async def members() -> list[str]:
+            return json.loads((await c1.invoke(lst)).body)["consumerIdList"]
+
+        deadline = time.monotonic() + 30
+        while await members() != ["cid-1"] and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        # the close was handled before that answer; a notice for c1 would have been written before it
+        assert await members() == ["cid-1"] and notices == []
+        await c1.aclose()
+
+
+@async_test
 async def test_admin_codes_and_unknown(Broker) -> None:
     async with Broker() as b:
         c = await b.client()
@@ -615,6 +647,20 @@ async def test_client_channel_expires_without_heartbeat(Broker) -> None:
             await asyncio.sleep(0.05)
         assert c.closed  # no heartbeat for 0.3 s: the broker closed the connection
         assert b.broker.consumers.find("XG") is None and "PG" not in b.broker.producers.groups
+
+
+@async_test
+async def test_query_offset_not_found_when_the_queue_start_is_out_of_memory(Broker) -> None:
+    """No committed offset and min offset 0, but message 0 lies further behind the CommitLog end than
+    accessMessageInMemoryMaxRatio allows (here 0%): 22, so the client starts at consumeFromWhere."""
+    async with Broker(accessMessageInMemoryMaxRatio=0) as b:
+        c = await b.client()
+        await c.invoke(send_v2("QD"))
+        ext = {"consumerGroup": "QG", "topic": "QD", "queueId": "0"}
+        assert (await c.invoke(RemotingCommand.request(R.QUERY_CONSUMER_OFFSET, ext))).code == (
+            ResponseCode.QUERY_NOT_FOUND
+        )
+        await c.aclose()
 
 
 @async_test
