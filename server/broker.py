@@ -129,6 +129,8 @@ class BrokerController:
         self.producers.channel_closed(channel)
 
     def notify_consumer_ids_changed(self, group: str, channels: list[Channel]) -> None:
+        if not self.config.notifyConsumerIdsChangedEnable:  # for every change: join, leave, close
+            return
         for channel in channels:
             if not channel.closed:
                 channel.send_oneway(

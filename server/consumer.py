@@ -328,7 +328,7 @@ class ClientManageProcessor(RequestProcessor):
                 enum_name(cd.get("messageModel"), MESSAGE_MODEL, "CLUSTERING"),
                 enum_name(cd.get("consumeFromWhere"), CONSUME_FROM_WHERE, "CONSUME_FROM_LAST_OFFSET"),
                 subs,
-                notify and broker.config.notifyConsumerIdsChangedEnable,
+                notify,
             )
         for pd in data.get("producerDataSet") or ():
             if isinstance(pd, dict):
