@@ -88,9 +88,12 @@ class IndexFile:
         """Append ``entries[start:]`` (key hash, CommitLog offset, store timestamp; offsets not
         decreasing) until the file is full; returns how many were written.
 
-        All entries are written, then the header once, then the slots: a process killed in between
-        leaves at worst unlinked entries (their message is re-indexed on recovery), never a slot
-        pointing past index_count. Entries sharing a slot chain to each other in order."""
+        The entries are written first, then the header with the new index_count, then the slots, and
+        last the header's end offset and time: a slot never points past index_count, and a dispatcher
+        killed before the end is written resumes (from the end offset) at this batch's first record,
+        whose entries it writes and links again (a query drops the duplicate offsets). Written
+        before the slots, the end made a killed batch's keys unreachable for good. Entries sharing a
+        slot chain to each other in order."""
         count = self.index_count
         n = min(len(entries) - start, self.index_num - count)
         if n <= 0:
@@ -124,11 +127,12 @@ class IndexFile:
             pos += 20
         self.hash_slot_count += n
         self.index_count = idx
-        self.end_phy_offset = phy
-        self.end_timestamp = ts
         self._write_header()
         for slot_pos, i in linked.items():
             _slot_pack(buf, slot_pos, i)
+        self.end_phy_offset = phy
+        self.end_timestamp = ts
+        self._write_header()
         return n
 
     def is_time_matched(self, begin: int, end: int) -> bool:

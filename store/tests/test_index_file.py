@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rmqgate.store.index_file import IndexService
+from rmqgate.store.index_file import IndexFile, IndexService
 from rmqgate.wire.message import MessageSysFlag, java_string_hash
 
 
@@ -127,4 +128,58 @@ def test_malformed_utf8_keys_are_indexed_as_java_decodes_them(tmp_path: Path) ->
     svc.build_index_records([(0, 0, 1_700_000_000_000, b"T\xff", b"ok bad\xfe\xff", b"U\xc3")], 500)
     for key in ("ok", "bad\ufffd\ufffd", "U\ufffd"):
         assert svc.query_offset("T\ufffd", key, 8, 0, 1 << 62)[0] == [500], key
+    svc.close()
+
+
+class _Killed(BaseException):
+    """Stands in for SIGKILL: nothing after it runs, not even a close."""
+
+
+@pytest.mark.parametrize("slot_writes_before_kill", [0, 2, 5, None])
+def test_a_dispatcher_killed_mid_batch_finds_every_key_after_resuming(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, slot_writes_before_kill: int | None
+) -> None:
+    """Killed after the batch's entries and header count, before, among or (None) after its slot
+    writes but before the end offset: resuming from the file's end offset, as the dispatcher process
+    does, indexes the batch again and every key is found (a kill used to lose all but the last)."""
+    import rmqgate.store.index_file as index_file
+
+    ts = 1_700_000_000_000
+    before = [(i * 100, 0, ts + i, b"T", f"old{i} k{i % 2}".encode(), None) for i in range(4)]
+    batch = [(400 + i * 100, 0, ts + 4 + i, b"T", f"new{i} k{i % 2}".encode(), None) for i in range(5)]
+    svc = IndexService(tmp_path / "index", 64, 1000, java_string_hash)
+    svc.build_index_records(before, 0)
+    real_slot_pack, real_header = index_file._slot_pack, IndexFile._write_header
+    slots = headers = 0
+
+    def slot_pack(buf, pos, value):  # type: ignore[no-untyped-def]
+        nonlocal slots
+        if slots == slot_writes_before_kill:
+            raise _Killed
+        slots += 1
+        real_slot_pack(buf, pos, value)
+
+    def write_header(self: IndexFile) -> None:
+        nonlocal headers
+        if headers == 1 and slot_writes_before_kill is None:  # the header with the batch's end offset
+            raise _Killed
+        headers += 1
+        real_header(self)
+
+    monkeypatch.setattr(index_file, "_slot_pack", slot_pack)
+    monkeypatch.setattr(IndexFile, "_write_header", write_header)
+    with pytest.raises(_Killed):
+        svc.build_index_records(batch, 0)
+    monkeypatch.undo()
+    for f in svc.files:
+        f.close_readonly()  # what the page cache holds, nothing written back
+
+    svc = IndexService(tmp_path / "index", 64, 1000, java_string_hash)
+    assert svc.load(True, 0) is None
+    resume = svc.files[-1].end_phy_offset
+    assert resume == before[-1][0]  # the killed batch is not counted as indexed
+    svc.build_index_records([r for r in before + batch if r[0] >= resume], 0)
+    for key, offsets in [("old0", [0]), ("old3", [300]), ("new0", [400]), ("new4", [800])]:
+        assert svc.query_offset("T", key, 10, 0, 1 << 62)[0] == offsets
+    assert sorted(svc.query_offset("T", "k1", 10, 0, 1 << 62)[0]) == [100, 300, 500, 700]
     svc.close()
