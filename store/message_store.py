@@ -80,6 +80,8 @@ _STOREHOST_V6 = MessageSysFlag.STOREHOST_V6
 # with it get no ConsumeQueue unit and no queue offset (RocketMQ's CommitLog/reput rule)
 _TX_NOT_COUNTED = _TX_PREPARED & _TX_ROLLBACK
 _PUT_OK = PutMessageStatus.PUT_OK
+# maxMessageSize bounds the body; the whole record may be this much larger (4.9.8's MessageExtEncoder)
+_RECORD_ALLOWANCE = 64 * 1024
 _new_put_result = tuple.__new__
 _time_ns = time.time_ns
 _unpack_prefix = RECORD_PREFIX.unpack_from
@@ -582,7 +584,8 @@ class DefaultMessageStore:
             self.checkpoint.index_msg_timestamp = max(self.checkpoint.index_msg_timestamp, index_ts)
         self.checkpoint.flush()
         self._close_files()
-        self.abort_file.unlink(missing_ok=True)
+        if not self._logics_error:  # else the next start recovers as after a crash: re-dispatches
+            self.abort_file.unlink(missing_ok=True)
         _fsync_dir(self.root)
         os.close(self._lock_fd)
 
@@ -685,16 +688,25 @@ class DefaultMessageStore:
                     return f.file_from_offset + pos
             end = f.file_from_offset + pos  # blank (or exactly full): continue with the next file
             if i + 1 < len(files) and files[i + 1].file_from_offset != f.end_offset:
-                return end
+                # a segment is missing (removed by hand?): keep going like Java's recovery, which
+                # walks the files it has; stopping here would delete every later, intact segment
+                _log.error(
+                    "CommitLog segments %d..%d are missing", f.end_offset, files[i + 1].file_from_offset
+                )
         return end
 
     def _check_last_units(self, cq: ConsumeQueue) -> None:
-        """After a crash, drop trailing ConsumeQueue units that don't describe their CommitLog record."""
+        """After a crash, drop trailing ConsumeQueue units that don't describe their CommitLog record.
+        A unit below the CommitLog's first segment stays: its record expired (an idle queue), and
+        dropping it would hand its queue offsets out again."""
+        min_phy = self.commitlog.get_min_offset()
         while True:
             last = cq.last_unit()
             if last is None:
                 return
             offset, phys, size, _ = last
+            if phys < min_phy:
+                return
             rec = self.commitlog.record_at(phys)
             ok = False
             if rec is not None and len(rec) == size:
@@ -715,8 +727,11 @@ class DefaultMessageStore:
         q = self.commitlog.queue
         while pos < end:
             f = q.find_mapped_file_by_offset(pos)
-            if f is None:
-                break
+            if f is None:  # a missing segment: on with the next one there is
+                f = next((g for g in q.files if g.file_from_offset > pos), None)
+                if f is None:
+                    break
+                pos = f.file_from_offset
             rel = pos - f.file_from_offset
             total, magic = _unpack_prefix(f.buf, rel)
             if magic == BLANK_MAGIC:
@@ -828,7 +843,10 @@ class DefaultMessageStore:
             if "properties" in str(exc):
                 return PutMessageStatus.PROPERTIES_SIZE_EXCEEDED
             return PutMessageStatus.MESSAGE_ILLEGAL
-        if len(rec) > self.config.max_message_size + 4096 or len(msg.body) > self.config.max_message_size:
+        if (
+            len(rec) > self.config.max_message_size + _RECORD_ALLOWANCE
+            or len(msg.body) > self.config.max_message_size
+        ):
             return PutMessageStatus.MESSAGE_ILLEGAL
         return rec
 
@@ -891,7 +909,7 @@ class DefaultMessageStore:
                 base = f.file_from_offset
                 msg.commit_log_offset = phys = base + at
                 # not over the size limit, room for the BLANK record, not into the chunk being warmed
-                limit = at + self.config.max_message_size + 4096
+                limit = at + self.config.max_message_size + _RECORD_ALLOWANCE
                 if f.file_size - END_FILE_MIN_BLANK_LENGTH < limit:
                     limit = f.file_size - END_FILE_MIN_BLANK_LENGTH
                 warm = self._warm_busy_from - base  # read once: the warmer resets it outside the lock
@@ -950,7 +968,7 @@ class DefaultMessageStore:
         """A record that did not fit below the limit ``put_message`` gave: past the chunk the warmer
         is zeroing, wait for it; past the segment's end, BLANK and the next segment. (file, size);
         size < 0 when the record exceeds the size limit."""
-        if size > self.config.max_message_size + 4096:
+        if size > self.config.max_message_size + _RECORD_ALLOWANCE:
             return f, -size
         self._warm_done.wait()
         if size + END_FILE_MIN_BLANK_LENGTH > f.file_size - f.wrote_position:

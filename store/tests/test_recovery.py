@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from rmqgate.store.api import GetMessageStatus, StoreConfig
+from rmqgate.store.api import GetMessageStatus, PutMessageStatus, StoreConfig
 from rmqgate.store.message_store import DefaultMessageStore
 from rmqgate.wire.message import MessageExt, decode_message, iter_commitlog
 
@@ -114,6 +114,30 @@ def test_abnormal_recovery_rebuilds_lost_consume_queue_and_index(tmp_path: Path)
                 r.physical_offset for r in res if r.queue_id == q
             ][: got.message_count]
         assert len(s.query_message("R", "k59", 4).buffers) == 1
+    finally:
+        s.shutdown()
+
+
+@pytest.mark.parametrize("clean", [True, False], ids=["after-clean-stop", "after-crash"])
+def test_a_missing_middle_segment_keeps_the_segments_after_it(tmp_path: Path, clean: bool) -> None:
+    """A CommitLog segment removed from the middle (outside damage): recovery goes on with the next
+    segment, as Java's walks the files it has, instead of deleting every later, intact one."""
+    res = fill(tmp_path, 60, clean=clean)
+    segments = sorted((tmp_path / "commitlog").iterdir())
+    assert len(segments) >= 4
+    gone = int(segments[-2].name)
+    segments[-2].unlink()
+    s = DefaultMessageStore.open(small(tmp_path), start_services=False)
+    try:
+        assert s.get_max_phy_offset() == res[-1].physical_offset + res[-1].wrote_bytes
+        for r in (res[0], res[-1]):
+            m = decode_message(s.select_one_message_by_offset(r.physical_offset))
+            assert (m.queue_id, m.queue_offset) == (r.queue_id, r.queue_offset)
+        lost = [r for r in res if gone <= r.physical_offset < gone + 8 * 1024]
+        assert lost and all(s.select_one_message_by_offset(r.physical_offset) is None for r in lost)
+        q = res[-1].queue_id
+        assert s.get_max_offset_in_queue("R", q) == res[-1].queue_offset + 1
+        assert s.put_message(MessageExt("R", body=b"on", queue_id=q)).queue_offset == res[-1].queue_offset + 1
     finally:
         s.shutdown()
 
@@ -252,6 +276,60 @@ def test_dropped_records_never_resurface(tmp_path: Path) -> None:
         assert s.look_message_by_offset(c.physical_offset) is None
     finally:
         s.shutdown()
+
+
+def test_an_idle_queue_keeps_its_offsets_over_a_crash_after_its_segments_expired(tmp_path: Path) -> None:
+    """A queue written once, whose CommitLog segments then expired (its last ConsumeQueue file stays):
+    after a crash its units point below the CommitLog, which proves nothing against them. They stay,
+    and the next message gets the next queue offset, not 0 again (what consumers committed)."""
+    s = DefaultMessageStore.open(small(tmp_path), start_services=False)
+    for _ in range(5):
+        s.put_message(MessageExt("IDLE", body=b"x" * 300))
+    for _ in range(100):
+        s.put_message(MessageExt("BUSY", body=b"y" * 300))
+    assert s.clean_expired_files(force=True, now_ms=int(time.time() * 1000) + 100 * 3600_000) > 0
+    assert s.get_min_phy_offset() > s.get_commit_log_offset_in_queue("IDLE", 0, 4)
+    crash(s)
+    s = DefaultMessageStore.open(small(tmp_path), start_services=False)
+    try:
+        assert not s.last_exit_ok
+        assert s.get_max_offset_in_queue("IDLE", 0) == 5
+        assert s.put_message(MessageExt("IDLE", body=b"z")).queue_offset == 5
+    finally:
+        s.shutdown()
+
+
+def test_a_failed_dispatch_leaves_the_abort_file_and_the_next_start_dispatches_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A ConsumeQueue write that fails after the CommitLog append makes the store refuse writes; its
+    shutdown keeps the abort file (Java keeps it unless writable and dispatched), so the next start
+    recovers as after a crash and the message gets its unit and its index entry."""
+    from rmqgate.store.consume_queue import ConsumeQueue
+
+    s = DefaultMessageStore.open(small(tmp_path), start_services=False)
+    assert s.put_message(MessageExt("F", body=b"a", properties={"KEYS": "ka"})).queue_offset == 0
+
+    def broken(*args: object) -> bool:
+        raise OSError("no space left on device")
+
+    monkeypatch.setattr(ConsumeQueue, "put", broken)
+    failed = s.put_message(MessageExt("F", body=b"b", properties={"KEYS": "kb"}))
+    assert failed.status is PutMessageStatus.UNKNOWN_ERROR
+    monkeypatch.undo()
+    assert s.put_message(MessageExt("F", body=b"c")).status is PutMessageStatus.SERVICE_NOT_AVAILABLE
+    s.shutdown()
+    assert (tmp_path / "abort").exists()
+    s = DefaultMessageStore.open(small(tmp_path), start_services=False)
+    try:
+        assert not s.last_exit_ok
+        assert s.get_max_offset_in_queue("F", 0) == 2
+        assert [decode_message(b).body for b in s.get_messages("F", 0, 0, 10).buffers] == [b"a", b"b"]
+        assert len(s.query_message("F", "kb", 10, 0, 1 << 62).buffers) == 1
+        assert s.put_message(MessageExt("F", body=b"c")).queue_offset == 2
+    finally:
+        s.shutdown()
+    assert not (tmp_path / "abort").exists()
 
 
 def test_abnormal_recovery_starts_from_checkpoint_segment(
