@@ -10,17 +10,28 @@ commit-offset side effect), exactly like the Java broker's ``executeRequestWhenW
 from __future__ import annotations
 
 import asyncio
+import ipaddress
+import logging
 import threading
+import time
 from typing import TYPE_CHECKING, ClassVar
 
 from rmqgate.server.consumer import SubscriptionData
 from rmqgate.server.remoting import Channel, RequestProcessor
-from rmqgate.server.topics import PERM_READ
-from rmqgate.store.api import DispatchRequest, GetMessageStatus
+from rmqgate.server.topics import OFFSET_MOVED_EVENT, PERM_READ
+from rmqgate.store.api import DispatchRequest, GetMessageStatus, PutMessageStatus
+from rmqgate.wire.bodies import MessageQueue, OffsetMovedEvent
 from rmqgate.wire.codes import RequestCode, ResponseCode
 from rmqgate.wire.command import RemotingCommand
 from rmqgate.wire.errors import HeaderFieldError
 from rmqgate.wire.headers import PullMessageRequestHeader
+from rmqgate.wire.message import (
+    PROPERTY_DELAY_TIME_LEVEL,
+    PROPERTY_KEYS,
+    PROPERTY_TAGS,
+    MessageExt,
+    MessageSysFlag,
+)
 
 if TYPE_CHECKING:
     from rmqgate.server.broker import BrokerController
@@ -34,6 +45,7 @@ G = GetMessageStatus
 #: unbounded state.
 MAX_HELD_PULLS_PER_CHANNEL = 4096
 _from_ext = PullMessageRequestHeader.from_ext
+log = logging.getLogger("rmqgate.server.pull")
 
 
 def status_code(status: GetMessageStatus, offset: int) -> int:
@@ -270,6 +282,8 @@ class PullMessageProcessor(RequestProcessor):
             topic, queue_id, offset, h.max_msg_nums, max_bytes=h.max_msg_bytes, tags_filter=codes
         )
         code = status_code(res.status, offset)
+        if code == ResponseCode.PULL_OFFSET_MOVED and config.brokerRole != "SLAVE":
+            self._offset_moved(group, topic, queue_id, offset, res.next_begin_offset)
         if (
             code == ResponseCode.PULL_NOT_FOUND
             and allow_suspend
@@ -294,6 +308,30 @@ class PullMessageProcessor(RequestProcessor):
         if allow_suspend and flags & FLAG_COMMIT_OFFSET:
             self.store.meta.commit_offset(group, topic, queue_id, h.commit_offset)
         return response
+
+    def _offset_moved(self, group: str, topic: str, queue_id: int, requested: int, moved_to: int) -> None:
+        """``generateOffsetMovedEvent``: a master records each corrected pull offset as a message in
+        OFFSET_MOVED_EVENT (queue 0, TAGS and KEYS the consumer group, born and stored by the broker)."""
+        config = self.broker.config
+        try:
+            host = ipaddress.ip_address(config.brokerIP1)
+        except ValueError:
+            host = ipaddress.ip_address("127.0.0.1")
+        event = OffsetMovedEvent(group, MessageQueue(topic, config.brokerName, queue_id), requested, moved_to)
+        msg = MessageExt(
+            OFFSET_MOVED_EVENT,
+            event.to_json(),
+            sys_flag=MessageSysFlag.BORNHOST_V6 if host.version == 6 else 0,
+            born_timestamp=int(time.time() * 1000),
+            born_host=host.packed,
+            born_port=config.listenPort,
+            properties={PROPERTY_TAGS: group, PROPERTY_DELAY_TIME_LEVEL: "0", PROPERTY_KEYS: group},
+        )
+        result = self.store.put_message(msg)
+        if result.status is not PutMessageStatus.PUT_OK:
+            log.warning(
+                "offset-moved event of %s on %s/%d not stored: %s", group, topic, queue_id, result.status
+            )
 
     def stop(self) -> None:
         self.hold.unbind()

@@ -525,6 +525,16 @@ class ConsumerOffsetSerializeWrapper(JsonBody):
 
 
 @json_body
+class OffsetMovedEvent(JsonBody):
+    """Body of the message a master stores in OFFSET_MOVED_EVENT when a pull's offset was corrected."""
+
+    consumer_group: str | None = None
+    message_queue: MessageQueue | None = None
+    offset_request: int = 0
+    offset_new: int = 0
+
+
+@json_body
 class TopicOffset(JsonBody):
     min_offset: int = 0
     max_offset: int = 0

@@ -18,7 +18,7 @@ import pytest
 from rmqgate.server.broker import BrokerController
 from rmqgate.server.client import RemotingClient
 from rmqgate.server.config import BrokerConfig
-from rmqgate.server.testing import async_test, small_store, wait_for
+from rmqgate.server.testing import async_test, small_store, stored, wait_for
 from rmqgate.store.api import open_store
 from rmqgate.wire import RemotingCommand, ResponseCode, SerializeType
 from rmqgate.wire.codes import RequestCode as R
@@ -352,6 +352,29 @@ async def test_a_query_waiting_for_the_index_does_not_stall_other_requests(Broke
         assert found.code == 0 and bytes(next(iter_messages(found.body)).body) == b"hello"
         await c.aclose()
         await other.aclose()
+
+
+@async_test
+async def test_a_corrected_pull_offset_is_recorded_in_offset_moved_event(Broker) -> None:
+    """PULL_OFFSET_MOVED on a master also stores an OffsetMovedEvent in OFFSET_MOVED_EVENT queue 0
+    (PullMessageProcessor.generateOffsetMovedEvent): TAGS and KEYS the group, the moved offsets."""
+    async with Broker() as b:
+        c = await b.client()
+        for _ in range(3):
+            await c.invoke(send_v2("OM"))
+        resp = await c.invoke(pull_cmd("OM", 110, group="GOM"))
+        assert resp.code == ResponseCode.PULL_OFFSET_MOVED and resp.ext_fields["nextBeginOffset"] == "3"
+        (event,) = stored(b.broker, "OFFSET_MOVED_EVENT")
+        assert event.properties["TAGS"] == event.properties["KEYS"] == "GOM"
+        assert json.loads(event.body) == {
+            "consumerGroup": "GOM",
+            "messageQueue": {"brokerName": "broker-t", "queueId": 0, "topic": "OM"},
+            "offsetNew": 3,
+            "offsetRequest": 110,
+        }
+        assert (await c.invoke(pull_cmd("OM", 1, group="GOM"))).code == ResponseCode.SUCCESS
+        assert len(stored(b.broker, "OFFSET_MOVED_EVENT")) == 1  # found messages move nothing
+        await c.aclose()
 
 
 @async_test
