@@ -110,20 +110,16 @@ class AdminBrokerProcessor(RequestProcessor):
     # -- topics --
     def update_and_create_topic(self, channel: Channel, req: RemotingCommand) -> Any:
         h = CreateTopicRequestHeader.from_ext(req.ext_fields or {})
-        if h.topic == self.broker.config.brokerClusterName:
-            return req.response(
-                ResponseCode.SYSTEM_ERROR, f"the topic[{h.topic}] is conflict with system reserved words."
-            )
-        error = validate_topic(h.topic)
-        if error is not None:
-            return req.response(ResponseCode.SYSTEM_ERROR, error)
-        if is_system_topic(h.topic):
-            return req.response(
-                ResponseCode.SYSTEM_ERROR, f"The topic[{h.topic}] is conflict with system topic."
-            )
+        refused = _refused_topic(req, h.topic)  # (the cluster's and broker's names are system topics)
+        if refused is not None:
+            return refused
+        filter_type = h.topic_filter_type or "SINGLE_TAG"
+        if filter_type not in ("SINGLE_TAG", "MULTI_TAG"):  # CreateTopicRequestHeader.checkFields
+            return req.response(ResponseCode.SYSTEM_ERROR, f"topicFilterType = [{filter_type}] value invalid")
+        # the header's order flag is not taken: the name server's ORDER_TOPIC_CONFIG decides (Java)
         tc = topic_config(
             h.topic, h.read_queue_nums, h.write_queue_nums, h.perm,
-            filter_type=h.topic_filter_type or "SINGLE_TAG", sys_flag=h.topic_sys_flag or 0, order=h.order,
+            filter_type=filter_type, sys_flag=h.topic_sys_flag or 0,
         )  # fmt: skip
         self.broker.topics.put(tc, notify=False)
         return self._registered(req)
@@ -137,6 +133,9 @@ class AdminBrokerProcessor(RequestProcessor):
 
     def delete_topic(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
         h = DeleteTopicRequestHeader.from_ext(req.ext_fields or {})
+        refused = _refused_topic(req, h.topic)
+        if refused is not None:  # e.g. TBW102: mqadmin would go on to delete its route too
+            return refused
         self.broker.topics.delete(h.topic)
         self.store.delete_topics([h.topic])
         return req.response(ResponseCode.SUCCESS)
@@ -260,7 +259,7 @@ class AdminBrokerProcessor(RequestProcessor):
     def get_producer_connection_list(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
         h = GetProducerConnectionListRequestHeader.from_ext(req.ext_fields or {})
         channels = self.broker.producers.groups.get(h.producer_group)
-        if not channels:
+        if channels is None:
             return req.response(
                 ResponseCode.SYSTEM_ERROR, f"the producer group[{h.producer_group}] not exist"
             )
@@ -340,3 +339,13 @@ class AdminBrokerProcessor(RequestProcessor):
         body = "".join(f"{k}={v}\n" for k, v in sorted(props.items())).encode()
         version = dumpb(self.broker.topics.data_version).decode()
         return req.response(ResponseCode.SUCCESS, ext_fields={"version": version}, body=body)
+
+
+def _refused_topic(req: RemotingCommand, topic: str) -> RemotingCommand | None:
+    """``TopicValidator.validateTopic`` then ``isSystemTopic``, as topic create and delete check."""
+    error = validate_topic(topic)
+    if error is not None:
+        return req.response(ResponseCode.SYSTEM_ERROR, error)
+    if is_system_topic(topic):
+        return req.response(ResponseCode.SYSTEM_ERROR, f"The topic[{topic}] is conflict with system topic.")
+    return None

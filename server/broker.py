@@ -30,7 +30,7 @@ from rmqgate.server.pull import PullMessageProcessor
 from rmqgate.server.query import QueryMessageProcessor
 from rmqgate.server.remoting import Channel, RemotingServer, RequestProcessor, cancel_and_wait
 from rmqgate.server.send import SendMessageProcessor
-from rmqgate.server.topics import SubscriptionGroupManager, TopicConfigManager
+from rmqgate.server.topics import PERM_RW, SubscriptionGroupManager, TopicConfigManager, topic_config
 from rmqgate.store.api import MessageStore, open_store
 from rmqgate.wire.codes import RequestCode, ResponseCode
 from rmqgate.wire.command import RemotingCommand
@@ -189,8 +189,14 @@ class BrokerController:
         if not addrs:
             return
         c = self.config
+        table = self.topics.wrapper()["topicConfigTable"]
+        if c.brokerPermission & PERM_RW != PERM_RW:  # read-only / write-only: every topic says so
+            table = {
+                name: topic_config(name, tc["readQueueNums"], tc["writeQueueNums"], c.brokerPermission)
+                for name, tc in table.items()
+            }
         body = encode_register_body(
-            self.topics.wrapper()["topicConfigTable"],
+            table,
             self.topics.data_version,
             [],
             compressed=c.compressedRegister,
@@ -217,11 +223,11 @@ class BrokerController:
         self.registered[addr] = self.registered.get(addr, 0) + 1
 
     async def unregister_all(self) -> None:
+        """UNREGISTER_BROKER to every name server, connecting again where the connection is gone
+        (Java's unregisterBrokerAll): else the route outlives the broker for the 120 s expiry."""
         for addr in self.config.namesrv_addrs:
-            client = self._namesrv_clients.get(addr)
-            if client is None or client.closed:
-                continue
             try:
+                client = await asyncio.wait_for(self._client(addr), 3.0)
                 await client.invoke(
                     RemotingCommand.request(RequestCode.UNREGISTER_BROKER, self._header()), 3.0
                 )

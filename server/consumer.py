@@ -222,16 +222,18 @@ class ProducerManager:
                 del self.groups[group]
 
     def channel_closed(self, channel: Channel) -> None:
-        for group in list(self.groups):
-            self.unregister(group, channel)
+        # the group stays, empty, as Java's doChannelCloseEvent leaves it (its connection list is
+        # then an empty set, not "not exist"); only UNREGISTER_CLIENT drops an emptied group
+        for channels in self.groups.values():
+            channels.pop(channel, None)
 
     def scan_expired(self, timeout: float) -> None:
         deadline = time.monotonic() - timeout
-        for group, channels in list(self.groups.items()):
+        for channels in list(self.groups.values()):
             for channel, info in list(channels.items()):
                 if info.last_update < deadline:
                     channel.close()
-                    self.unregister(group, channel)
+                    channels.pop(channel, None)
 
     def any_channel(self, group: str) -> Channel | None:
         """A live channel of the group (CHECK_TRANSACTION_STATE goes there)."""

@@ -33,7 +33,7 @@ RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
 DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
 SYSTEM_TOPIC_PREFIX = "rmq_sys_"
 TOPIC_MAX_LENGTH = 127
-_TOPIC_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+_TOPIC_PATTERN = re.compile(r"[%|a-zA-Z0-9_-]+")
 SCHEDULE_TOPIC_V2 = "SCHEDULE_TOPIC_XXXX_V2"
 NOT_ALLOWED_SEND_TOPICS = frozenset(
     {
@@ -75,7 +75,7 @@ def validate_topic(topic: str | None) -> str | None:
     """``TopicValidator.validateTopic``: the error remark, or None when the name is fine."""
     if not topic or not topic.strip():
         return "The specified topic is blank."
-    if not _TOPIC_PATTERN.match(topic):
+    if not _TOPIC_PATTERN.fullmatch(topic):  # (match's "$" takes a trailing newline)
         return "The specified topic contains illegal characters, allowing only ^[%|a-zA-Z0-9_-]+$"
     if len(topic) > TOPIC_MAX_LENGTH:
         return "The specified topic is longer than topic max length."

@@ -18,6 +18,8 @@ import pytest
 from rmqgate.server.broker import BrokerController
 from rmqgate.server.client import RemotingClient
 from rmqgate.server.config import BrokerConfig
+from rmqgate.server.namesrv import NamesrvController
+from rmqgate.server.remoting import Channel, RemotingServer, RequestProcessor
 from rmqgate.server.testing import async_test, small_store, stored, wait_for
 from rmqgate.store.api import open_store
 from rmqgate.wire import RemotingCommand, ResponseCode, SerializeType
@@ -502,9 +504,94 @@ async def test_admin_codes_and_unknown(Broker) -> None:
         assert json.loads(prod.body)["connectionSet"][0]["clientId"] == "cid"
         assert (await c.invoke(RemotingCommand.request(R.DELETE_TOPIC_IN_BROKER, {"topic": "ADM"}))).code == 0
         assert b.broker.topics.get("ADM") is None
+        for topic, remark in (  # deleteTopic validates like updateAndCreateTopic
+            ("TBW102", "The topic[TBW102] is conflict with system topic."),
+            ("broker-t", "The topic[broker-t] is conflict with system topic."),
+            (
+                "bad topic",
+                "The specified topic contains illegal characters, allowing only ^[%|a-zA-Z0-9_-]+$",
+            ),
+        ):
+            refused = await c.invoke(RemotingCommand.request(R.DELETE_TOPIC_IN_BROKER, {"topic": topic}))
+            assert (refused.code, refused.remark) == (ResponseCode.SYSTEM_ERROR, remark)
+        assert b.broker.topics.get("TBW102") is not None
+        create = {"topic": "NL\n", "defaultTopic": "TBW102", "readQueueNums": "1", "writeQueueNums": "1"}
+        create |= {"perm": "6", "topicFilterType": "SINGLE_TAG", "order": "false"}
+        newline = await c.invoke(RemotingCommand.request(R.UPDATE_AND_CREATE_TOPIC, create))
+        assert (newline.code, newline.remark) == (  # a trailing newline is no topic character
+            ResponseCode.SYSTEM_ERROR,
+            "The specified topic contains illegal characters, allowing only ^[%|a-zA-Z0-9_-]+$",
+        )
+        bogus = await c.invoke(
+            RemotingCommand.request(
+                R.UPDATE_AND_CREATE_TOPIC, {**create, "topic": "BG", "topicFilterType": "BOGUS"}
+            )
+        )
+        assert (bogus.code, bogus.remark) == (
+            ResponseCode.SYSTEM_ERROR,
+            "topicFilterType = [BOGUS] value invalid",
+        )
         unknown = await c.invoke(RemotingCommand.request(4242, {}))
         assert unknown.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED and "4242" in unknown.remark
         await c.aclose()
+        # a producer group whose connections closed is still known: an empty connection set (Java)
+        c = await b.client()
+        deadline = time.monotonic() + 30
+        while b.broker.producers.groups["PG"] and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        prod = await c.invoke(
+            RemotingCommand.request(R.GET_PRODUCER_CONNECTION_LIST, {"producerGroup": "PG"})
+        )
+        assert prod.code == 0 and json.loads(prod.body) == {"connectionSet": []}
+        await c.aclose()
+
+
+@async_test
+async def test_a_read_only_broker_registers_every_topic_read_only(Broker) -> None:
+    """brokerPermission=4: the registration carries perm 4 for every topic (registerBrokerAll), so
+    producers' routes skip the broker instead of meeting NO_PERMISSION."""
+    namesrv = RemotingServer("127.0.0.1", 0, NamesrvController().processors())
+    await namesrv.start()
+    try:
+        async with Broker(brokerPermission=4, namesrvAddr=f"127.0.0.1:{namesrv.port}"):
+            c = await RemotingClient.connect("127.0.0.1", namesrv.port)
+            route = await c.invoke(RemotingCommand.request(R.GET_ROUTEINFO_BY_TOPIC, {"topic": "TBW102"}))
+            assert route.code == 0
+            assert [q["perm"] for q in json.loads(route.body)["queueDatas"]] == [4]
+            await c.aclose()
+    finally:
+        await namesrv.stop()
+
+
+class _RecordingNamesrv(RequestProcessor):
+    """A name server that only records what brokers send (and keeps no routes)."""
+
+    codes = (R.REGISTER_BROKER, R.UNREGISTER_BROKER)
+
+    def __init__(self) -> None:
+        self.got: list[int] = []
+
+    def process(self, channel: Channel, request: RemotingCommand) -> RemotingCommand:
+        self.got.append(request.code)
+        return request.response(ResponseCode.SUCCESS, ext_fields={})
+
+
+@async_test
+async def test_stop_unregisters_even_after_the_name_server_connection_dropped(Broker) -> None:
+    """UNREGISTER_BROKER goes out on a new connection when the old one is gone (unregisterBrokerAll);
+    a name server that kept the route would otherwise keep it until its 120 s expiry."""
+    recorder = _RecordingNamesrv()
+    namesrv = RemotingServer("127.0.0.1", 0, [recorder])
+    await namesrv.start()
+    try:
+        b = Broker(namesrvAddr=f"127.0.0.1:{namesrv.port}")
+        async with b:
+            assert recorder.got == [R.REGISTER_BROKER]
+            for client in b.broker._namesrv_clients.values():
+                client.close()
+        assert recorder.got == [R.REGISTER_BROKER, R.UNREGISTER_BROKER]
+    finally:
+        await namesrv.stop()
 
 
 @async_test
@@ -669,7 +756,8 @@ async def test_client_channel_expires_without_heartbeat(Broker) -> None:
                 break
             await asyncio.sleep(0.05)
         assert c.closed  # no heartbeat for 0.3 s: the broker closed the connection
-        assert b.broker.consumers.find("XG") is None and "PG" not in b.broker.producers.groups
+        assert b.broker.consumers.find("XG") is None
+        assert b.broker.producers.groups["PG"] == {}  # the group stays, with no connection (Java)
 
 
 @async_test
