@@ -345,7 +345,8 @@ class RouteInfoManager:
         for qds in self.topic_queue_table.values():
             qd = qds.get(broker_name)
             if qd is not None:
-                qd.perm = (qd.perm | PERM_WRITE) if add else (qd.perm & ~PERM_WRITE)
+                # adding sets exactly READ|WRITE, as Java's operateWritePermOfBroker does
+                qd.perm = (PERM_READ | PERM_WRITE) if add else (qd.perm & ~PERM_WRITE)
                 count += 1
         return count
 

@@ -212,7 +212,7 @@ async def test_kv_config_and_topic_lists(tmp_path: Path) -> None:
             RemotingCommand.request(R.GET_KVLIST_BY_NAMESPACE, {"namespace": "ORDER_TOPIC_CONFIG"})
         )
         assert json.loads(lst.body) == {"table": {"T": "broker-a:4"}}
-        resp = await c.invoke(register_cmd({"T": tc("T"), "U": tc("U")}))
+        resp = await c.invoke(register_cmd({"T": tc("T"), "U": tc("U", perm=7)}))
         assert json.loads(resp.body) == {"table": {"T": "broker-a:4"}}  # order topic conf travels back
         topics = await c.invoke(RemotingCommand.request(R.GET_ALL_TOPIC_LIST_FROM_NAMESERVER))
         assert sorted(json.loads(topics.body)["topicList"]) == ["T", "U"]
@@ -227,6 +227,8 @@ async def test_kv_config_and_topic_lists(tmp_path: Path) -> None:
         assert json.loads((await c.invoke(route_cmd("T"))).body)["queueDatas"][0]["perm"] == 4
         await c.invoke(RemotingCommand.request(R.ADD_WRITE_PERM_OF_BROKER, {"brokerName": "broker-a"}))
         assert json.loads((await c.invoke(route_cmd("T"))).body)["queueDatas"][0]["perm"] == 6
+        # exactly READ|WRITE after adding, whatever it was (Java's operateWritePermOfBroker): 7 -> 5 -> 6
+        assert json.loads((await c.invoke(route_cmd("U"))).body)["queueDatas"][0]["perm"] == 6
         assert (await c.invoke(RemotingCommand.request(R.DELETE_TOPIC_IN_NAMESRV, {"topic": "U"}))).code == 0
         assert (await c.invoke(route_cmd("U"))).code == ResponseCode.TOPIC_NOT_EXIST
         dele = RemotingCommand.request(R.DELETE_KV_CONFIG, {"namespace": "ORDER_TOPIC_CONFIG", "key": "T"})
