@@ -74,6 +74,14 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
+def _java_int(text: str | None) -> int:
+    """``getInt``/``getLong`` of the check: a user property may hold anything; unreadable is -1."""
+    try:
+        return int(text or "")
+    except ValueError:
+        return -1
+
+
 def _copy(msg: MessageExt, **changes: Any) -> MessageExt:
     """A new inner message from a stored one (body copied out of the mmap, properties re-encoded)."""
     props = dict(msg.properties)
@@ -98,6 +106,9 @@ class TransactionalMessageService:
         self.ops: dict[int, int] = {}
         self.done: set[int] = set()  # half queue offsets with an op record (>= the check offset)
         self.reput: dict[int, int] = {}  # half queue offset -> queue offset of its checked copy
+        #: after a restart (``reput`` is not kept): UNIQ_KEY -> newest half at or past the check offset
+        #: then; a copy keeps its original's UNIQ_KEY, so an END for a half copied before finds it
+        self.copies_by_uniq: dict[str, int] = {}
         self.checks_sent = 0
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
@@ -119,7 +130,8 @@ class TransactionalMessageService:
         return self._offset(RMQ_SYS_TRANS_OP_HALF_TOPIC)
 
     def _load(self) -> None:
-        """Op records not yet behind the op offset (after a restart they are only in the store)."""
+        """Op records not yet behind the op offset, and the halves not yet checked past (after a
+        restart both are only in the store)."""
         off = self.op_offset
         end = self.store.get_max_offset_in_queue(RMQ_SYS_TRANS_OP_HALF_TOPIC, HALF_QUEUE_ID)
         while off < end:
@@ -127,6 +139,14 @@ class TransactionalMessageService:
             if msg is not None and msg.properties.get(PROPERTY_TAGS) == REMOVETAG:
                 with contextlib.suppress(ValueError):
                     self._note_op(off, int(bytes(msg.body).decode()))
+            off += 1
+        off = self.half_offset
+        end = self.store.get_max_offset_in_queue(RMQ_SYS_TRANS_HALF_TOPIC, HALF_QUEUE_ID)
+        while off < end:
+            msg = self._message_at(RMQ_SYS_TRANS_HALF_TOPIC, off)
+            uniq = msg.properties.get(PROPERTY_UNIQ_KEY) if msg is not None else None
+            if uniq:
+                self.copies_by_uniq[uniq] = off
             off += 1
 
     def _note_op(self, op_offset: int, half_offset: int) -> None:
@@ -147,6 +167,10 @@ class TransactionalMessageService:
     def resolve(self, half: MessageExt) -> MessageExt | None:
         """The live copy of ``half`` (the newest re-put by the checker), or None once it is finished."""
         qoff = half.queue_offset
+        if qoff < self.half_offset and qoff not in self.reput and self.copies_by_uniq:
+            copy = self.copies_by_uniq.get(half.properties.get(PROPERTY_UNIQ_KEY, ""), -1)
+            if copy > qoff:  # checked past before a restart: its copy from then on
+                qoff = copy
         seen = 0
         while qoff in self.reput and seen < 10_000:
             qoff = self.reput[qoff]
@@ -227,7 +251,7 @@ class TransactionalMessageService:
                 i += 1
                 continue
             props = half.properties
-            times = int(props.get(PROPERTY_TRANSACTION_CHECK_TIMES, "0") or 0)
+            times = _java_int(props.get(PROPERTY_TRANSACTION_CHECK_TIMES, "0"))
             if times >= self.check_max or start - half.born_timestamp > self.reserved_ms:
                 self._discard(half)  # checked too often, or older than the store keeps files
                 i += 1
@@ -237,7 +261,8 @@ class TransactionalMessageService:
             age = start - half.born_timestamp
             immunity_s = props.get(PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS)
             if immunity_s is not None:
-                immunity = int(immunity_s) * 1000 if immunity_s.isdigit() else self.timeout_ms
+                immunity = _java_int(immunity_s)  # getImmunityTime: unreadable (-1) -> transactionTimeOut
+                immunity = self.timeout_ms if immunity == -1 else immunity * 1000
                 if age < immunity:  # immune, but must not hold up the halves behind it
                     copy = self._put_back(half, times, immunity=True)
                     if copy is None:
@@ -271,6 +296,10 @@ class TransactionalMessageService:
         meta.commit_offset(CID_RMQ_SYS_TRANS, RMQ_SYS_TRANS_OP_HALF_TOPIC, HALF_QUEUE_ID, op_off)
         self.done = {h for h in self.done if h >= half_offset}
         self.reput = {k: v for k, v in self.reput.items() if v >= half_offset or v in self.reput}
+        if self.copies_by_uniq:
+            self.copies_by_uniq = {
+                u: o for u, o in self.copies_by_uniq.items() if o >= half_offset or o in self.reput
+            }
 
     def _put_back(self, half: MessageExt, times: int, *, immunity: bool = False) -> MessageExt | None:
         """``putBackHalfMsgQueue``: the half again at the end of the queue, one more check counted

@@ -378,3 +378,64 @@ async def test_immune_half_does_not_hold_up_older_ones_and_can_still_be_ended(tm
         await c.aclose()
     finally:
         await broker.stop()
+
+
+@async_test
+async def test_ending_a_half_copied_before_a_restart_ends_its_copy(tmp_path: Path) -> None:
+    """An immune half is copied by a check pass, the broker restarts (the copy map is memory only),
+    then the producer commits with the offsets its send returned: the copy is committed, once, and
+    nothing is left to check (it was answered SUCCESS and dropped)."""
+    root = tmp_path / "s"
+    broker = make_broker(root, transactionTimeOut=100)
+    await broker.start()
+    c = await RemotingClient.connect("127.0.0.1", broker.port)
+    qoff, phys = await send_half(c, "TxR", "PG", "UR", immunity_s=60)
+    await asyncio.sleep(0.01)
+    await broker.transactions.check()  # immune: copied to the end of the half queue
+    assert broker.transactions.half_offset == qoff + 1
+    await c.aclose()
+    await broker.stop()
+    broker = make_broker(root, transactionTimeOut=100)
+    await broker.start()
+    try:
+        c = await RemotingClient.connect("127.0.0.1", broker.port)
+        assert (await c.invoke(end_request("PG", qoff, phys, COMMIT, "UR"))).code == 0
+        assert [m.properties["UNIQ_KEY"] for m in stored(broker, "TxR", 1)] == ["UR"]
+        (op,) = stored(broker, RMQ_SYS_TRANS_OP_HALF_TOPIC)
+        assert bytes(op.body) == str(qoff + 1).encode()  # the copy is done
+        assert (await c.invoke(end_request("PG", qoff, phys, COMMIT, "UR"))).code == 0  # again: no-op
+        assert len(stored(broker, "TxR", 1)) == 1
+        await c.aclose()
+    finally:
+        await broker.stop()
+
+
+@async_test
+async def test_unreadable_check_times_and_immunity_do_not_stop_the_check(tmp_path: Path) -> None:
+    """TRANSACTION_CHECK_TIMES and CHECK_IMMUNITY_TIME_IN_SECONDS are user properties: unreadable ones
+    count as -1, as Java's getInt/getLong make them (a ValueError used to end every pass at that half,
+    so no half behind it was ever checked again); a negative immunity is no immunity."""
+    broker = make_broker(tmp_path / "s", transactionTimeOut=100)
+    await broker.start()
+    try:
+        checks: asyncio.Queue[RemotingCommand] = asyncio.Queue()
+        c = await RemotingClient.connect("127.0.0.1", broker.port, on_request=checks.put)
+        await heartbeat(c, "client-b", "PG")
+        past = int(time.time() * 1000) - 5000
+        for uniq, prop, value in (
+            ("UB1", "TRANSACTION_CHECK_TIMES", "x"),
+            ("UB2", "CHECK_IMMUNITY_TIME_IN_SECONDS", "-5"),
+        ):
+            req = half_request("TxB", "PG", uniq, born=past)
+            req.ext_fields["i"] += f"\x02{prop}\x01{value}"  # type: ignore[index]
+            assert (await c.invoke(req)).code == 0
+        await send_half(c, "TxB", "PG", "UB3", born=past)
+        await asyncio.sleep(0.01)
+        assert await broker.transactions.check() == 3
+        got = sorted([(await asyncio.wait_for(checks.get(), 5)).ext_fields["msgId"] for _ in range(3)])  # type: ignore[index]
+        assert got == ["UB1", "UB2", "UB3"]
+        copies = {h.properties["UNIQ_KEY"]: h for h in stored(broker, RMQ_SYS_TRANS_HALF_TOPIC)[3:]}
+        assert copies["UB1"].properties["TRANSACTION_CHECK_TIMES"] == "0"  # -1 + 1, as Java counts
+        await c.aclose()
+    finally:
+        await broker.stop()
