@@ -130,8 +130,14 @@ class ScheduleMessageService:
         offset = max(self.offset(level), store.get_min_offset_in_queue(SCHEDULE_TOPIC, queue_id))
         units = store.get_consume_queue_units(SCHEDULE_TOPIC, queue_id, offset, BATCH)
         if not units:
-            if offset < store.get_max_offset_in_queue(SCHEDULE_TOPIC, queue_id):
+            end = store.get_max_offset_in_queue(SCHEDULE_TOPIC, queue_id)
+            if offset < end:
                 return 0.1  # the next ConsumeQueue file is being created
+            if offset > end:  # an unclean stop cut the queue back (or the store was reset): its end
+                log.error("delay level %d: offset %d is past its queue's end %d; reset", level, offset, end)
+                self.offsets[level] = end
+                store.meta.set_delay_offset(level, end)
+                return 0
             return IDLE_WAIT
         now = int(time.time() * 1000)
         delay = self.levels[level]

@@ -184,20 +184,21 @@ class SendMessageProcessor(RequestProcessor):
             sys_flag |= _MULTI_TAGS
         born_host, born_port, born_v6 = channel.attrs.get("born") or born_address(channel)
         sys_flag |= born_v6
-        to_dlq = False
+        if h.batch or request.code == _BATCH:
+            return self._send_batch(request, h, topic, queue_id, sys_flag, born_host, born_port, body)
+        # the answer names the queue asked for (or picked): not the DLQ's, the delay level's or the
+        # half queue's the message lands in (handlePutMessageResult's queueIdInt)
+        answer_queue = queue_id
         if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
             retry = self._retry_or_dlq(request, h, queue_id)
             if type(retry) is RemotingCommand:
                 return retry
+            # to the DLQ, a DELAY the client set still applies: 4.9.8's setDelayTimeLevel(0) there is
+            # undone when the request's properties are set on the message afterwards
             topic, queue_id = retry
-            to_dlq = topic != h.topic
-        if h.batch or request.code == _BATCH:
-            return self._send_batch(request, h, topic, queue_id, sys_flag, born_host, born_port, body)
         props = parse_properties(h.properties) if h.properties else {}
         props.pop(PROPERTY_WAIT, None)
         props[PROPERTY_CLUSTER] = self.cluster
-        if to_dlq:
-            props.pop(PROPERTY_DELAY, None)  # msg.setDelayTimeLevel(0)
         if sys_flag & _PREPARED and props.get(PROPERTY_TRANSACTION_PREPARED) == "true":
             if self.broker.config.rejectTransactionMessage:
                 return request.response(
@@ -216,6 +217,8 @@ class SendMessageProcessor(RequestProcessor):
             result = self.store.put_message(msg)
         except MessageFormatError as exc:
             return request.response(ResponseCode.MESSAGE_ILLEGAL, str(exc))
+        if answer_queue != result.queue_id:
+            result = result._replace(queue_id=answer_queue)
         if result.durable is not None and result.status is _PUT_OK:
             return self._await_flush(request, result)
         return self.response(request, result)
@@ -269,10 +272,19 @@ class SendMessageProcessor(RequestProcessor):
         born_port: int,
         body: bytes,
     ) -> Any:
-        if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+        # asyncSendBatchMessage / asyncPutMessages: no retry or DLQ step; a v1 topic only; a delay level
+        # in the request's own properties or a transaction flag makes the batch illegal (the
+        # messages' DELAY is stored as it is, not scheduled)
+        if len(topic) > 127:
             return request.response(
-                ResponseCode.MESSAGE_ILLEGAL, f"batch request does not support retry group {topic}"
+                ResponseCode.MESSAGE_ILLEGAL, f"message topic length too long {len(topic)}"
             )
+        try:
+            delay = int(parse_properties(h.properties).get(PROPERTY_DELAY, "0")) if h.properties else 0
+        except ValueError:
+            delay = 1  # Java's Integer.parseInt fails the request
+        if transaction_type(sys_flag) or delay > 0:
+            return request.response(*_PUT_ERRORS[PutMessageStatus.MESSAGE_ILLEGAL])
         try:
             entries = decode_batch(body)
         except MessageFormatError as exc:
@@ -285,10 +297,6 @@ class SendMessageProcessor(RequestProcessor):
             props = entry.properties
             props.pop(PROPERTY_WAIT, None)
             props[PROPERTY_CLUSTER] = cluster
-            if transaction_type(sys_flag) or int(props.get("DELAY", "0") or 0) > 0:
-                return request.response(
-                    ResponseCode.MESSAGE_ILLEGAL, "a batch cannot hold delayed or transactional messages"
-                )
             msgs.append(
                 MessageExt(
                     topic,
@@ -371,6 +379,6 @@ class SendMessageProcessor(RequestProcessor):
             max_times = h.max_reconsume_times
         if (h.reconsume_times or 0) >= max_times:
             dlq = DLQ_GROUP_TOPIC_PREFIX + group
-            self.broker.topics.create_in_send_back(dlq, 1, PERM_WRITE, 0)  # DLQ_NUMS_PER_GROUP, as Java
+            self.broker.topics.create_in_send_back(dlq, 1, PERM_RW, 0)  # DLQ_NUMS_PER_GROUP, as Java
             return dlq, 0
         return h.topic, queue_id

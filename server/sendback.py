@@ -88,12 +88,8 @@ class ConsumerSendMsgBackProcessor(RequestProcessor):
         if original.reconsume_times >= max_times or delay_level < 0:
             topic = DLQ_GROUP_TOPIC_PREFIX + group
             queue_id = random.randrange(DLQ_NUMS_PER_GROUP)
-            # write-only, as 4.9 creates dead-letter topics
-            tc = broker.topics.create_in_send_back(topic, DLQ_NUMS_PER_GROUP, PERM_WRITE, 0)
-            if not tc["perm"] & PERM_WRITE:
-                return request.response(
-                    ResponseCode.NO_PERMISSION, f"the topic[{topic}] sending message is forbidden"
-                )
+            # read-write, as 4.9.4+ creates dead-letter topics (4.9.0's were write-only: unreadable)
+            broker.topics.create_in_send_back(topic, DLQ_NUMS_PER_GROUP, PERM_RW, 0)
             props.pop(PROPERTY_DELAY_TIME_LEVEL, None)
         else:
             if delay_level == 0:

@@ -810,13 +810,12 @@ class DefaultMessageStore:
         return True
 
     def _prepare(self, msg: MessageExt) -> PutMessageStatus | None:
-        """Checks and rewrites before encoding (``CommitLog.putMessage`` / ``checkStoreStatus``)."""
+        """Checks and rewrites before encoding a batch's messages (``CommitLog.putMessages`` /
+        ``checkStoreStatus``); unlike a single put, a batch schedules no DELAY levels."""
         if self._shutdown or self._logics_error or self._disk_full:
             return PutMessageStatus.SERVICE_NOT_AVAILABLE
         if msg.topic not in self._valid_topics and not self._check_topic(msg.topic):
             return PutMessageStatus.MESSAGE_ILLEGAL
-        if not msg.sys_flag & _TX_NOT_COUNTED and PROPERTY_DELAY_TIME_LEVEL in msg.properties:
-            self._apply_delay_level(msg)
         msg.store_host = self._store_host
         msg.store_port = self.config.store_port
         msg.sys_flag = (msg.sys_flag & ~_STOREHOST_V6) | self._store_v6_flag

@@ -236,6 +236,20 @@ async def test_send_v1_and_batches(Broker) -> None:
         assert [bytes(m.body) for m in msgs] == [b"hello", b"b0", b"b1", b"b2", b"b0", b"b1"]
         assert [m.properties.get("UNIQ_KEY") for m in msgs[1:4]] == ["U0", "U1", "U2"]
         assert [m.flag for m in msgs[1:4]] == [0, 1, 2]
+        # 4.9.8's batch rules: a DELAY in the request's own properties (or a transaction flag) makes it
+        # illegal; a message's own DELAY is stored as it is, not scheduled; %RETRY% takes batches too
+        delayed_batch = send_v2(
+            "B", encode_batch(entries[:1]), extra={"i": format_properties({"DELAY": "2"})}
+        )
+        delayed_batch.code = R.SEND_BATCH_MESSAGE
+        assert (await c.invoke(delayed_batch)).code == ResponseCode.MESSAGE_ILLEGAL
+        odd = [BatchEntry(body=b"d", properties={"UNIQ_KEY": "UD", "DELAY": "x"})]
+        for topic in ("B", "%RETRY%BG"):
+            own_delay = send_v2(topic, encode_batch(odd))
+            own_delay.code = R.SEND_BATCH_MESSAGE
+            assert (await c.invoke(own_delay)).code == 0
+        (kept,) = list(iter_messages((await c.invoke(pull_cmd("B", 6))).body))
+        assert (bytes(kept.body), kept.properties["DELAY"]) == (b"d", "x")
         await c.aclose()
 
 
@@ -794,15 +808,27 @@ async def test_retry_send_past_max_reconsume_goes_to_dlq(Broker) -> None:
         ok = send_v2("%RETRY%DG", b"retry-1", extra={"j": "1", "l": "3"})
         resp = await c.invoke(ok)
         assert resp.code == 0 and b.broker.topics.get("%DLQ%DG") is None
-        dead = send_v2(
-            "%RETRY%DG", b"dead", extra={"j": "3", "l": "3", "i": format_properties({"DELAY": "3"})}
-        )
+        dead = send_v2("%RETRY%DG", b"dead", extra={"j": "3", "l": "3"})
         resp = await c.invoke(dead)
-        assert resp.code == 0
+        assert resp.code == 0 and resp.ext_fields["queueId"] == "0"
         dlq = b.broker.topics.get("%DLQ%DG")
-        assert dlq is not None and dlq["perm"] == 2 and dlq["writeQueueNums"] == 1
-        msgs = list(
-            iter_messages(b.store.select_one_message_by_offset(int(resp.ext_fields["msgId"][16:], 16)))
+        # read-write, as 4.9.4+ creates it (write-only DLQs could not be consumed or shown)
+        assert dlq is not None and dlq["perm"] == 6 and dlq["writeQueueNums"] == 1
+        pulled = await c.invoke(pull_cmd("%DLQ%DG", 0, group="DG"))
+        assert pulled.code == 0 and [bytes(m.body) for m in iter_messages(pulled.body)] == [b"dead"]
+        # the client's fallback send carries DELAY=3+n: to the DLQ too, after that delay (4.9.8
+        # re-applies the request's properties after handleRetryAndDLQ cleared the level)
+        late = send_v2(
+            "%RETRY%DG",
+            b"late",
+            queue_id=-1,
+            extra={"j": "3", "l": "3", "i": format_properties({"DELAY": "3"})},
         )
-        assert msgs[0].topic == "%DLQ%DG" and "DELAY" not in msgs[0].properties
+        resp = await c.invoke(late)
+        assert resp.code == 0 and resp.ext_fields["queueId"] == "0"  # the retry queue picked, not 2
+        (parked,) = iter_messages(
+            b.store.select_one_message_by_offset(int(resp.ext_fields["msgId"][16:], 16))
+        )
+        assert (parked.topic, parked.queue_id) == ("SCHEDULE_TOPIC_XXXX", 2)
+        assert parked.properties["REAL_TOPIC"] == "%DLQ%DG" and parked.properties["DELAY"] == "3"
         await c.aclose()

@@ -74,7 +74,9 @@ async def test_delayed_message_arrives_when_due(tmp_path: Path) -> None:
     try:
         c = await RemotingClient.connect("127.0.0.1", broker.port)
         sent_at = time.monotonic()
-        assert (await c.invoke(delayed("DT", 1, b"one"))).code == ResponseCode.SUCCESS
+        resp = await c.invoke(delayed("DT", 1, b"one"))
+        # the answer names the queue asked for (what SendResult reports), not level 1's queue 0
+        assert resp.code == ResponseCode.SUCCESS and resp.ext_fields["queueId"] == "2"
         assert (await c.invoke(delayed("DT", 99, b"clamped"))).code == ResponseCode.SUCCESS
         (parked,) = stored(broker, SCHEDULE_TOPIC, 0)
         assert parked.properties["REAL_TOPIC"] == "DT" and parked.properties["REAL_QID"] == "2"
@@ -128,5 +130,29 @@ async def test_restart_delivers_each_delayed_message_once(tmp_path: Path) -> Non
         bodies = [bytes(m.body) for m in stored(broker, "DR", 2)]
         assert bodies == [b"early", b"late0", b"late1", b"late2"]
         assert broker.store.meta.delay_offsets() == {1: 1, 2: 3}
+    finally:
+        await broker.stop()
+
+
+@async_test
+async def test_a_delay_offset_past_its_queue_is_reset_and_nothing_is_skipped(tmp_path: Path) -> None:
+    """A saved delay offset beyond its level's queue (an unclean stop cut the queue back): delivery
+    goes on from the queue's end, as Java's executeOnTimeup resets it, instead of skipping every new
+    delayed message below the stale offset."""
+    root = tmp_path / "s"
+    broker = make_broker(root)  # not started: only its store, to plant the stale offset
+    broker.store.meta.set_delay_offset(1, 3)
+    broker.store.shutdown()
+    broker = make_broker(root)
+    assert broker.schedule.offsets == {1: 3}
+    await broker.start()
+    try:
+        c = await RemotingClient.connect("127.0.0.1", broker.port)
+        for body in (b"d0", b"d1"):
+            assert (await c.invoke(delayed("DS", 1, body))).code == 0
+        await wait_for(lambda: broker.store.get_max_offset_in_queue("DS", 2) == 2, 10)
+        assert [bytes(m.body) for m in stored(broker, "DS", 2)] == [b"d0", b"d1"]
+        assert broker.store.meta.delay_offsets()[1] == 2
+        await c.aclose()
     finally:
         await broker.stop()
