@@ -98,6 +98,12 @@ _PUT_WITH_HEADER = {
 }
 
 
+def _wait_store_msg_ok(wait: str | None) -> bool:
+    """``isWaitStoreMsgOK``: WAIT absent or "true" (any case). Under SYNC_FLUSH only such a send is
+    answered after its group commit; the others at once (the commit happens all the same)."""
+    return wait is None or wait.lower() == "true"
+
+
 def born_address(channel: Channel) -> tuple[bytes, int, int]:
     """(raw address, port, sysFlag bit) of the producer, cached per connection."""
     cached = channel.attrs.get("born")
@@ -197,7 +203,7 @@ class SendMessageProcessor(RequestProcessor):
             # undone when the request's properties are set on the message afterwards
             topic, queue_id = retry
         props = parse_properties(h.properties) if h.properties else {}
-        props.pop(PROPERTY_WAIT, None)
+        wait = _wait_store_msg_ok(props.pop(PROPERTY_WAIT, None))
         props[PROPERTY_CLUSTER] = self.cluster
         if sys_flag & _PREPARED and props.get(PROPERTY_TRANSACTION_PREPARED) == "true":
             if self.broker.config.rejectTransactionMessage:
@@ -219,7 +225,7 @@ class SendMessageProcessor(RequestProcessor):
             return request.response(ResponseCode.MESSAGE_ILLEGAL, str(exc))
         if answer_queue != result.queue_id:
             result = result._replace(queue_id=answer_queue)
-        if result.durable is not None and result.status is _PUT_OK:
+        if result.durable is not None and result.status is _PUT_OK and wait:
             return self._await_flush(request, result)
         return self.response(request, result)
 
@@ -321,7 +327,8 @@ class SendMessageProcessor(RequestProcessor):
             result = self.store.put_messages(msgs)
         except MessageFormatError as exc:
             return request.response(ResponseCode.MESSAGE_ILLEGAL, str(exc))
-        if result.durable is not None and result.status is _PUT_OK:
+        wait = _wait_store_msg_ok(parse_properties(h.properties).get(PROPERTY_WAIT) if h.properties else None)
+        if result.durable is not None and result.status is _PUT_OK and wait:
             return self._await_flush(request, result)
         return self.response(request, result)
 

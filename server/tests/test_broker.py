@@ -649,6 +649,13 @@ async def test_sync_flush_send(Broker) -> None:
         c = await b.client()
         resp = await c.invoke(send_v2("SF"))
         assert resp.code == 0 and resp.ext_fields["queueOffset"] == "0"
+        # every group commit fails from here: a send waits for its commit unless WAIT is not "true"
+        b.store._flush_service._flush_to = lambda target: -1
+        assert (await c.invoke(send_v2("SF"))).code == ResponseCode.FLUSH_DISK_TIMEOUT
+        no_wait = send_v2("SF")
+        no_wait.ext_fields["i"] = format_properties({"WAIT": "false"})
+        resp = await c.invoke(no_wait)
+        assert resp.code == 0 and resp.ext_fields["queueOffset"] == "2"  # isWaitStoreMsgOK false
         await c.aclose()
 
 
