@@ -203,7 +203,7 @@ class SendMessageProcessor(RequestProcessor):
             # undone when the request's properties are set on the message afterwards
             topic, queue_id = retry
         props = parse_properties(h.properties) if h.properties else {}
-        wait = _wait_store_msg_ok(props.pop(PROPERTY_WAIT, None))
+        wait = props.pop(PROPERTY_WAIT, None)
         props[PROPERTY_CLUSTER] = self.cluster
         if sys_flag & _PREPARED and props.get(PROPERTY_TRANSACTION_PREPARED) == "true":
             if self.broker.config.rejectTransactionMessage:
@@ -225,7 +225,7 @@ class SendMessageProcessor(RequestProcessor):
             return request.response(ResponseCode.MESSAGE_ILLEGAL, str(exc))
         if answer_queue != result.queue_id:
             result = result._replace(queue_id=answer_queue)
-        if result.durable is not None and result.status is _PUT_OK and wait:
+        if result.durable is not None and result.status is _PUT_OK and _wait_store_msg_ok(wait):
             return self._await_flush(request, result)
         return self.response(request, result)
 
