@@ -154,10 +154,12 @@ class TopicConfigManager:
             system.append(topic_config(c.msgTraceTopicName, 1, 1))
         system.append(topic_config(f"{c.brokerClusterName}_REPLY_TOPIC", 1, 1))
         SYSTEM_TOPICS.update(tc["topicName"] for tc in system)
-        changed = {tc["topicName"]: tc for tc in system if self.table.get(tc["topicName"]) != tc}
-        if changed:
-            self.table.update(changed)
-            self.meta.put_many(self.DB, changed)
+        # only the missing ones: a persisted system topic keeps its config, as Java's decode() puts
+        # the file's table over the defaults its constructor made
+        missing = {tc["topicName"]: tc for tc in system if tc["topicName"] not in self.table}
+        if missing:
+            self.table.update(missing)
+            self.meta.put_many(self.DB, missing)
         self._bump()
 
     def _bump(self) -> None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import fcntl
+import os
 import sys
 from pathlib import Path
 
@@ -27,6 +29,20 @@ def _meta(root: Path) -> LmdbMetaStore:
     return LmdbMetaStore(root / "meta")
 
 
+def _lock_store(root: Path) -> int | None:
+    """The store's own lock (``<root>/lock``, what a running broker holds), or None when taken: an
+    import under a running broker would be overwritten by its next persist, and an LMDB map grown
+    here would fail the broker's transactions."""
+    root.mkdir(parents=True, exist_ok=True)
+    fd = os.open(root / "lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
+
+
 def run(args: argparse.Namespace) -> int:
     cmd = getattr(args, "store_command", None)
     if cmd is None:
@@ -37,13 +53,21 @@ def run(args: argparse.Namespace) -> int:
         if cmd == "import-config" and not args.dir.is_dir():
             print(f"rmqgate store: {args.dir} is not a directory", file=sys.stderr)
             return 1
-        meta = _meta(root)
+        lock = _lock_store(root)
+        if lock is None:
+            print(f"rmqgate store: {root} is in use (a broker runs on it): stop it first", file=sys.stderr)
+            return 1
         try:
-            counts = (
-                import_config(meta, args.dir) if cmd == "import-config" else export_config(meta, args.dir)
-            )
+            meta = _meta(root)
+            try:
+                counts = (
+                    import_config(meta, args.dir) if cmd == "import-config" else export_config(meta, args.dir)
+                )
+                meta.set_import_state("ready")
+            finally:
+                meta.close()
         finally:
-            meta.close()
+            os.close(lock)
         for name, n in counts.items():
             print(f"{name}: {n} entries")
         return 0

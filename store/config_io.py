@@ -20,12 +20,19 @@ DELAY_OFFSET_JSON = "delayOffset.json"
 
 
 def _read(path: Path) -> Any | None:
-    """``ConfigManager.load``: the file, else its ``.bak``; None when neither exists or both are empty."""
+    """``ConfigManager.load``: the file, else (missing, empty or unreadable) its ``.bak``; None when
+    neither exists or both are empty; the file's own error when the ``.bak`` does not help either."""
+    error: Exception | None = None
     for p in (path, path.with_name(path.name + ".bak")):
         if p.is_file():
-            text = p.read_text("utf-8")
-            if text.strip():
-                return fastjson.loads(text)
+            try:
+                text = p.read_text("utf-8")
+                if text.strip():
+                    return fastjson.loads(text)
+            except (ValueError, OSError) as exc:  # (BodyError and UnicodeDecodeError are ValueErrors)
+                error = error or exc
+    if error is not None:
+        raise error
     return None
 
 

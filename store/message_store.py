@@ -455,11 +455,16 @@ class DefaultMessageStore:
         self.index = IndexService(
             self.root / "index", config.max_hash_slot_num, config.max_index_num, java_string_hash
         )
-        fresh_meta = not (self.root / "meta").exists()
         self.meta = LmdbMetaStore(self.root / "meta", config.meta_map_size)
-        if fresh_meta and (self.root / "config").is_dir():
-            # a store directory a Java broker wrote: take over its topics, groups and offsets
-            import_config(self.meta, self.root / "config")
+        try:
+            self._take_over_java_config()
+        except BaseException:  # e.g. config files neither readable nor backed up: tried again next open
+            self.meta.close()
+            self.commitlog.queue.close()
+            self.index.close()
+            self.checkpoint.close()
+            os.close(self._lock_fd)
+            raise
         self.topic_queue_table: dict[tuple[str, int], int] = {}
         self.delay_levels = parse_delay_levels(config.message_delay_level)
         self.max_delay_level = max(self.delay_levels) if self.delay_levels else 0
@@ -495,6 +500,31 @@ class DefaultMessageStore:
         self._warm_wake_at = _NOT_WARMING  # an append ending past this CommitLog offset wakes the warmer
         self._warm_done = threading.Event()
         self._warm_done.set()
+
+    def _take_over_java_config(self) -> None:
+        """A store directory a Java broker wrote: its topics, groups and offsets (``config/*.json``)
+        become the metadata on the first open, and again after an import that did not finish (the
+        import state is kept in the metadata). Later the metadata is what counts; config files a
+        Java broker wrote since are reported, for ``rmqgate store import-config``."""
+        meta, config_dir = self.meta, self.root / "config"
+        state = meta.import_state()
+        if state is None and not meta.is_empty():
+            state = "ready"  # metadata from before the import state was kept
+            meta.set_import_state(state)
+        if state != "ready" and config_dir.is_dir():
+            meta.set_import_state("importing")
+            import_config(meta, config_dir)
+        if state != "ready":
+            meta.set_import_state("ready")
+            return
+        written = meta.last_write_time()
+        newer = [p.name for p in sorted(config_dir.glob("*.json")) if p.stat().st_mtime > written + 1]
+        if newer:
+            _log.warning(
+                "%s: %s changed after this store's metadata (a Java broker ran here?); the metadata "
+                "is used: run `rmqgate store import-config %s --store %s` to take them over",
+                config_dir, ", ".join(newer), config_dir, self.root,
+            )  # fmt: skip
 
     # ------------------------------------------------------------------ lifecycle
     @classmethod

@@ -23,6 +23,7 @@ CONSUMER_OFFSETS = "consumer_offsets"
 DELAY_OFFSETS = "delay_offsets"
 DATABASES = (TOPICS, SUBSCRIPTION_GROUPS, CONSUMER_OFFSETS, DELAY_OFFSETS)
 _VERSIONS = "data_versions"
+_IMPORT_STATE = b"#import-state"  # in the versions database, beside the tables' data versions
 
 _dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 _loads = json.loads
@@ -36,6 +37,9 @@ class LmdbMetaStore:
         self.env = lmdb.open(str(self.path), map_size=map_size, max_dbs=8, metasync=False, lock=True)
         self._dbs = {name: self.env.open_db(name.encode()) for name in (*DATABASES, _VERSIONS)}
         self._lock = threading.Lock()
+        # a persist writes outside _lock (commits must not wait for fsync); deletes wait for it, or a
+        # persist that gathered an offset before its delete would write it back
+        self._persist_lock = threading.Lock()
         self._offsets: dict[str, dict[int, int]] = {}
         self._dirty: set[str] = set()
         for key, value in self.items(CONSUMER_OFFSETS):
@@ -82,8 +86,11 @@ class LmdbMetaStore:
                 txn.put(k, v, db=handle)
             self._bump(txn, db)
 
-        self._write(write)
-        if db == CONSUMER_OFFSETS:
+        if db != CONSUMER_OFFSETS:
+            self._write(write)
+            return
+        with self._persist_lock:
+            self._write(write)
             with self._lock:
                 if replace:
                     self._offsets.clear()
@@ -100,8 +107,10 @@ class LmdbMetaStore:
                 self._bump(txn, db)
             return bool(found)
 
-        found = self._write(write)
-        if db == CONSUMER_OFFSETS:
+        if db != CONSUMER_OFFSETS:
+            return bool(self._write(write))
+        with self._persist_lock:
+            found = self._write(write)
             with self._lock:
                 self._offsets.pop(key, None)
                 self._dirty.discard(key)
@@ -150,26 +159,47 @@ class LmdbMetaStore:
             self.delete(CONSUMER_OFFSETS, k)
 
     def persist_offsets(self) -> None:
-        with self._lock:
-            dirty = {
-                k: {str(q): o for q, o in self._offsets[k].items()} for k in self._dirty if k in self._offsets
-            }
-            self._dirty.clear()
-        if not dirty:
-            return
-        handle = self._dbs[CONSUMER_OFFSETS]
+        with self._persist_lock:
+            with self._lock:
+                dirty = {
+                    k: {str(q): o for q, o in self._offsets[k].items()}
+                    for k in self._dirty
+                    if k in self._offsets
+                }
+                self._dirty.clear()
+            if not dirty:
+                return
+            handle = self._dbs[CONSUMER_OFFSETS]
 
-        def write(txn: lmdb.Transaction) -> None:
-            for k, v in dirty.items():
-                txn.put(k.encode(), _dumps(v).encode(), db=handle)
-            self._bump(txn, CONSUMER_OFFSETS)
+            def write(txn: lmdb.Transaction) -> None:
+                for k, v in dirty.items():
+                    txn.put(k.encode(), _dumps(v).encode(), db=handle)
+                self._bump(txn, CONSUMER_OFFSETS)
 
-        try:
-            self._write(write)
-        except BaseException:
-            with self._lock:  # retried on the next round
-                self._dirty.update(dirty)
-            raise
+            try:
+                self._write(write)
+            except BaseException:
+                with self._lock:  # retried on the next round
+                    self._dirty.update(dirty)
+                raise
+
+    # -- state of a first import (config/*.json of a Java broker) --
+    def import_state(self) -> str | None:
+        """None (never set), "importing" (an import began and did not finish) or "ready"."""
+        with self.env.begin(db=self._dbs[_VERSIONS]) as txn:
+            raw = txn.get(_IMPORT_STATE)
+        return None if raw is None else raw.decode()
+
+    def set_import_state(self, state: str) -> None:
+        self._write(lambda txn: txn.put(_IMPORT_STATE, state.encode(), db=self._dbs[_VERSIONS]))
+
+    def last_write_time(self) -> float:
+        """When the metadata was last committed (the data file's modification time)."""
+        return (self.path / "data.mdb").stat().st_mtime
+
+    def is_empty(self) -> bool:
+        with self.env.begin() as txn:
+            return all(txn.stat(self._dbs[db])["entries"] == 0 for db in DATABASES)
 
     # -- delay offsets --
     def set_delay_offset(self, level: int, offset: int) -> None:

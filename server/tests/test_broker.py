@@ -21,6 +21,7 @@ from rmqgate.server.config import BrokerConfig
 from rmqgate.server.namesrv import NamesrvController
 from rmqgate.server.remoting import Channel, RemotingServer, RequestProcessor
 from rmqgate.server.testing import async_test, small_store, stored, wait_for
+from rmqgate.server.topics import TopicConfigManager, topic_config
 from rmqgate.store.api import open_store
 from rmqgate.wire import RemotingCommand, ResponseCode, SerializeType
 from rmqgate.wire.codes import RequestCode as R
@@ -132,6 +133,21 @@ def heartbeat(
     }
     body = {"clientID": client_id, "consumerDataSet": [consumer], "producerDataSet": [{"groupName": "PG"}]}
     return RemotingCommand.request(R.HEART_BEAT, body=json.dumps(body).encode())
+
+
+def test_persisted_system_topics_keep_their_config(tmp_path: Path) -> None:
+    """A system topic already in the metadata (e.g. imported from a Java topics.json) keeps its config
+    (Java's decode() puts the file's table over the defaults); only missing ones get the defaults."""
+    config = small_store(BrokerConfig(brokerName="broker-t", listenPort=0, defaultTopicQueueNums=8), tmp_path)
+    store = open_store(config.store_config())
+    try:
+        mine = topic_config("TBW102", 4, 4, 7)
+        store.meta.put("topics", "TBW102", mine)
+        topics = TopicConfigManager(config, store.meta)
+        assert topics.get("TBW102") == mine and store.meta.get("topics", "TBW102") == mine
+        assert topics.get("SELF_TEST_TOPIC")["readQueueNums"] == 1  # missing: the default
+    finally:
+        store.shutdown()
 
 
 @async_test

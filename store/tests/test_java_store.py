@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
+import os
 import tarfile
 import time
 from pathlib import Path
@@ -95,6 +97,37 @@ def test_opening_java_store_takes_over_its_config(java_store: Path) -> None:
         assert store.meta.query_offset("CG_sync_mwr6oixrwxd", "LabSync_mwr6oik8oup", 3) == 26
     finally:
         store.shutdown()
+
+
+def test_a_first_import_that_failed_is_tried_again_and_takes_the_bak(
+    java_store: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """topics.json cut short by a crash, its .bak intact (ConfigManager.loadBak): the import takes
+    the .bak. An import that did not finish is done again on the next open; a Java broker that ran
+    on the store later is reported."""
+    config = java_store / "config"
+    good = (config / "topics.json").read_text()
+    (config / "topics.json.bak").write_text(good)
+    (config / "topics.json").write_text(good[: len(good) // 2])
+    offsets = (config / "consumerOffset.json").read_text()
+    for name in ("consumerOffset.json", "consumerOffset.json.bak"):  # neither readable
+        (config / name).write_text('{"offsetTable":{')
+    with pytest.raises(ValueError):
+        DefaultMessageStore.open(StoreConfig(str(java_store), **JAVA_CONFIG), start_services=False)
+    (config / "consumerOffset.json").write_text(offsets)
+    store = DefaultMessageStore.open(StoreConfig(str(java_store), **JAVA_CONFIG), start_services=False)
+    try:  # the second open imports again (the first one's import did not finish)
+        assert store.meta.get("topics", "LabSync_mwr6oik8oup")["writeQueueNums"] == 4  # from the .bak
+        assert store.meta.query_offset("CG_sync_mwr6oixrwxd", "LabSync_mwr6oik8oup", 3) == 25
+    finally:
+        store.shutdown()
+    later = time.time() + 60
+    os.utime(config / "topics.json", (later, later))  # a Java broker wrote it after rmqgate's metadata
+    with caplog.at_level(logging.WARNING):
+        store = DefaultMessageStore.open(StoreConfig(str(java_store), **JAVA_CONFIG), start_services=False)
+    store.shutdown()
+    assert "topics.json changed after this store's metadata" in caplog.text
+    assert "rmqgate store import-config" in caplog.text
 
 
 def test_tag_filter_and_time_lookup_on_java_store(java_store: Path, manifest: dict) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -117,3 +119,60 @@ def test_map_grows_when_full(tmp_path: Path) -> None:
         assert len(list(meta.items(TOPICS))) == 400
     finally:
         meta.close()
+
+
+def test_offsets_deleted_while_a_persist_runs_stay_deleted(tmp_path: Path) -> None:
+    """A group's offsets removed while the periodic persist is writing (it gathered them before the
+    delete): the delete waits for that write, so the persist cannot bring them back."""
+    meta = LmdbMetaStore(tmp_path / "meta")
+    meta.commit_offset("g", "T", 0, 150)
+    entered, release = threading.Event(), threading.Event()
+    real_write = meta._write
+
+    def slow_write(fn):  # type: ignore[no-untyped-def]
+        entered.set()
+        release.wait(10)
+        return real_write(fn)
+
+    meta._write = slow_write  # type: ignore[method-assign]
+    persist = threading.Thread(target=meta.persist_offsets)
+    persist.start()
+    assert entered.wait(10)
+    meta._write = real_write  # type: ignore[method-assign]
+    remove = threading.Thread(target=lambda: meta.remove_offsets(group="g"))
+    remove.start()
+    remove.join(0.3)
+    release.set()
+    persist.join(10)
+    remove.join(10)
+    assert meta.query_offset("g", "T", 0) == -1 and meta.get(CONSUMER_OFFSETS, "T@g") is None
+    meta.close()
+    meta = LmdbMetaStore(tmp_path / "meta")
+    assert meta.query_offset("g", "T", 0) == -1
+    meta.close()
+
+
+def test_import_and_export_refuse_a_store_a_broker_runs_on(tmp_path: Path) -> None:
+    """The CLI (its own process) takes the store's lock: an import under a running broker would be
+    overwritten by its next persist, and a grown LMDB map would fail the broker's transactions."""
+    from rmqgate.store.api import StoreConfig
+    from rmqgate.store.message_store import DefaultMessageStore
+
+    root, out = tmp_path / "store", tmp_path / "out"
+    cli = [
+        sys.executable,
+        "-m",
+        "rmqgate.tools.cli",
+        "store",
+        "export-config",
+        str(out),
+        "--store",
+        str(root),
+    ]
+    store = DefaultMessageStore.open(StoreConfig(str(root)), start_services=False)
+    try:
+        busy = subprocess.run(cli, capture_output=True, text=True, timeout=120)
+        assert busy.returncode == 1 and "is in use" in busy.stderr and not out.exists()
+    finally:
+        store.shutdown()
+    assert subprocess.run(cli, capture_output=True, timeout=120).returncode == 0 and out.is_dir()
