@@ -21,7 +21,7 @@ from rmqgate.server.topics import (
 from rmqgate.store.api import SCHEDULE_TOPIC
 from rmqgate.wire.codes import LanguageCode, RequestCode, ResponseCode
 from rmqgate.wire.command import RemotingCommand
-from rmqgate.wire.errors import BodyError
+from rmqgate.wire.errors import BodyError, MessageFormatError
 from rmqgate.wire.fastjson import ObjectKey
 from rmqgate.wire.headers import (
     ConsumeMessageDirectlyResultRequestHeader,
@@ -34,6 +34,7 @@ from rmqgate.wire.headers import (
     GetProducerConnectionListRequestHeader,
     GetTopicStatsInfoRequestHeader,
 )
+from rmqgate.wire.message import decode_offset_msg_id
 
 if TYPE_CHECKING:
     from rmqgate.server.broker import BrokerController
@@ -278,6 +279,17 @@ class AdminBrokerProcessor(RequestProcessor):
         else:
             d = ConsumeMessageDirectlyResultRequestHeader.from_ext(ext)
             group, client_id = d.consumer_group, d.client_id or ""
+            # consumeMessageDirectly: the consumer gets the message itself and this broker's name
+            try:
+                record = self.store.select_one_message_by_offset(decode_offset_msg_id(d.msg_id or "")[2])
+            except MessageFormatError:
+                record = None
+            if record is None:
+                return req.response(
+                    ResponseCode.SYSTEM_ERROR, f"can not find message by the msgId {d.msg_id}"
+                )
+            req.ext_fields = {**ext, "brokerName": self.broker.config.brokerName}
+            req.body = bytes(record)
         cgi = self.broker.consumers.find(group)
         target = (
             next((i.channel for i in cgi.channels.values() if i.client_id == client_id), None)

@@ -360,7 +360,8 @@ class ClientManageProcessor(RequestProcessor):
         expression_type = sub.get("expressionType") or "TAG"
         if expression_type != "TAG":
             return request.response(
-                ResponseCode.SYSTEM_ERROR, "The broker does not support consumer to filter message by SQL92"
+                ResponseCode.SYSTEM_ERROR,
+                f"The broker does not support consumer to filter message by {expression_type}",
             )
         return request.response(ResponseCode.SUCCESS)
 
@@ -378,7 +379,9 @@ class ConsumerManageProcessor(RequestProcessor):
             return request.response(
                 ResponseCode.SUCCESS, ext_fields={}, body=dumpb({"consumerIdList": cgi.client_ids()})
             )
-        return request.response(ResponseCode.SYSTEM_ERROR, f"no consumer for this group, {h.consumer_group}")
+        return request.response(
+            ResponseCode.SYSTEM_ERROR, f"no consumer for this group, {h.consumer_group}", ext_fields={}
+        )
 
 
 class LockProcessor(RequestProcessor):

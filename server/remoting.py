@@ -20,7 +20,7 @@ import logging
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, ClassVar, NamedTuple
 
-from rmqgate.wire.codes import ResponseCode, request_name
+from rmqgate.wire.codes import ResponseCode, SerializeType, request_name
 from rmqgate.wire.command import ONEWAY_FLAG, RESPONSE_FLAG, RemotingCommand
 from rmqgate.wire.errors import CodecError, FrameError, HeaderError
 from rmqgate.wire.frame import DEFAULT_MAX_FRAME_LENGTH, FrameDecoder, encode_header
@@ -101,14 +101,23 @@ def _system_error(request: RemotingCommand, exc: BaseException) -> RemotingComma
     else:
         log.error("processor failed on %s from request %r", request_name(request.code), request, exc_info=exc)
         remark = f"{type(exc).__name__}: {exc}"
-    return request.response(ResponseCode.SYSTEM_ERROR, remark)
+    return _server_type(request.response(ResponseCode.SYSTEM_ERROR, remark))
 
 
 def not_supported(request: RemotingCommand) -> RemotingCommand:
-    return request.response(
-        ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
-        f" request type {request.code} ({request_name(request.code)}) not supported",
+    return _server_type(
+        request.response(
+            ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+            f" request type {request.code} ({request_name(request.code)}) not supported",
+        )
     )
+
+
+def _server_type(response: RemotingCommand) -> RemotingCommand:
+    """Java writes these answers straight from processRequestCommand, past the step that gives a
+    response its request's serialization: they go out in the server's own, JSON."""
+    response.serialize_type = SerializeType.JSON
+    return response
 
 
 class WriteBatch:

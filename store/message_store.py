@@ -1346,8 +1346,10 @@ class DefaultMessageStore:
             phys, last_ts, last_phy = self.index.query_offset(
                 topic, key, max_num, begin_timestamp, end_timestamp
             )
+        if not phys:  # (queryMessage sets the index fields only once it found offsets)
+            return QueryResult()
         result = QueryResult(index_last_update_timestamp=last_ts, index_last_update_phyoffset=last_phy)
-        for p in phys:
+        for p in sorted(phys):  # oldest first, as queryMessage sorts them
             rec = self.select_one_message_by_offset(p)
             if rec is None:
                 continue

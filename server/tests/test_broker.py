@@ -357,6 +357,19 @@ async def test_query_and_view(Broker) -> None:
         assert uniq.code == 0
         none = await c.invoke(RemotingCommand.request(R.QUERY_MESSAGE, {**qext, "key": "nope"}))
         assert none.code == ResponseCode.QUERY_NOT_FOUND
+        assert none.ext_fields == {"indexLastUpdateTimestamp": "0", "indexLastUpdatePhyoffset": "0"}
+        for body in (b"again", b"third"):  # more messages with key order-2: oldest first (sorted)
+            await c.invoke(send_v2("Q", body, keys="order-2"))
+        found = await c.invoke(RemotingCommand.request(R.QUERY_MESSAGE, qext))
+        assert [bytes(m.body) for m in iter_messages(found.body)] == [b"findme", b"again", b"third"]
+        assert int(found.ext_fields["indexLastUpdatePhyoffset"]) > offset
+        # answers Java writes itself go out in JSON, whatever the request's serialization
+        binary = RemotingCommand.request(
+            R.VIEW_MESSAGE_BY_ID, {"offset": str(offset)}, serialize_type=SerializeType.ROCKETMQ
+        )
+        assert (await c.invoke(binary)).serialize_type == SerializeType.JSON
+        binary.code = 4242
+        assert (await c.invoke(binary)).serialize_type == SerializeType.JSON  # not supported
         await c.aclose()
 
 
@@ -761,10 +774,14 @@ async def test_check_transaction_state_goes_to_a_producer(Broker) -> None:
 @async_test
 async def test_consumer_running_info_is_relayed_to_the_client(Broker) -> None:
     async with Broker() as b:
+        directly: list[RemotingCommand] = []
 
         async def on_request(cmd: RemotingCommand) -> RemotingCommand | None:
             if cmd.code == R.GET_CONSUMER_RUNNING_INFO:
                 return cmd.response(0, None, None, b'{"properties":{"x":"1"}}')
+            if cmd.code == R.CONSUME_MESSAGE_DIRECTLY:
+                directly.append(cmd)
+                return cmd.response(0, None, None, b'{"consumeResult":"CR_SUCCESS"}')
             return None
 
         consumer = await b.client(on_request=on_request)
@@ -775,6 +792,14 @@ async def test_consumer_running_info_is_relayed_to_the_client(Broker) -> None:
         )
         resp = await admin.invoke(ask, 5)
         assert resp.code == 0 and resp.body == b'{"properties":{"x":"1"}}' and resp.opaque == ask.opaque
+        # consumeMessageDirectly: the consumer gets the stored message and the broker's name
+        msg_id = (await admin.invoke(send_v2("RT", b"direct"))).ext_fields["msgId"]
+        direct = {"consumerGroup": "RG", "clientId": "cid-r", "msgId": msg_id}
+        resp = await admin.invoke(RemotingCommand.request(R.CONSUME_MESSAGE_DIRECTLY, direct), 5)
+        assert resp.code == 0 and resp.body == b'{"consumeResult":"CR_SUCCESS"}'
+        (got,) = directly
+        assert got.ext_fields["brokerName"] == "broker-t" and got.ext_fields["msgId"] == msg_id
+        assert [bytes(m.body) for m in iter_messages(got.body)] == [b"direct"]
         ask.ext_fields["clientId"] = "nobody"
         resp = await admin.invoke(ask, 5)
         assert resp.code == ResponseCode.SYSTEM_ERROR and "not online" in resp.remark
