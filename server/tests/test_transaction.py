@@ -102,6 +102,17 @@ async def send_half(c: RemotingClient, topic: str, group: str, uniq: str, **kw: 
     return int(ext["queueOffset"]), decode_offset_msg_id(ext["msgId"])[2]
 
 
+async def producer(
+    broker: BrokerController, client_id: str, group: str
+) -> tuple[RemotingClient, asyncio.Queue[RemotingCommand]]:
+    """A producer of ``group`` on its own connection, and the broker's CHECK_TRANSACTION_STATE
+    requests to it as they arrive."""
+    checks: asyncio.Queue[RemotingCommand] = asyncio.Queue()
+    c = await RemotingClient.connect("127.0.0.1", broker.port, on_request=checks.put)
+    await heartbeat(c, client_id, group)
+    return c, checks
+
+
 async def heartbeat(c: RemotingClient, client_id: str, group: str) -> None:
     body = json.dumps(
         {"clientID": client_id, "consumerDataSet": [], "producerDataSet": [{"groupName": group}]}
@@ -287,9 +298,7 @@ async def test_pending_half_is_checked_after_restart(tmp_path: Path) -> None:
     assert broker.transactions.done == {1}  # the op record, found again in the store
     await broker.start()
     try:
-        checks: asyncio.Queue[RemotingCommand] = asyncio.Queue()
-        c = await RemotingClient.connect("127.0.0.1", broker.port, on_request=checks.put)
-        await heartbeat(c, "client-r", "PGR")
+        c, checks = await producer(broker, "client-r", "PGR")
         check = await asyncio.wait_for(checks.get(), 10)
         ext = check.ext_fields or {}
         assert ext["msgId"] == "U7"
@@ -347,9 +356,7 @@ async def test_immune_half_does_not_hold_up_older_ones_and_can_still_be_ended(tm
     broker = make_broker(tmp_path / "s", transactionTimeOut=100)
     await broker.start()
     try:
-        checks: asyncio.Queue[RemotingCommand] = asyncio.Queue()
-        c = await RemotingClient.connect("127.0.0.1", broker.port, on_request=checks.put)
-        await heartbeat(c, "client-i", "PG")
+        c, checks = await producer(broker, "client-i", "PG")
         immune = half_request("TxI", "PG", "U9", immunity_s=60)
         resp = await c.invoke(immune)
         ext = resp.ext_fields or {}
@@ -418,9 +425,7 @@ async def test_unreadable_check_times_and_immunity_do_not_stop_the_check(tmp_pat
     broker = make_broker(tmp_path / "s", transactionTimeOut=100)
     await broker.start()
     try:
-        checks: asyncio.Queue[RemotingCommand] = asyncio.Queue()
-        c = await RemotingClient.connect("127.0.0.1", broker.port, on_request=checks.put)
-        await heartbeat(c, "client-b", "PG")
+        c, checks = await producer(broker, "client-b", "PG")
         past = int(time.time() * 1000) - 5000
         for uniq, prop, value in (
             ("UB1", "TRANSACTION_CHECK_TIMES", "x"),
