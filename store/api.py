@@ -218,7 +218,7 @@ class MessageStore(Protocol):
 
     # -- write --
     def put_message(self, msg: MessageExt) -> PutResult: ...
-    def put_messages(self, msgs: Sequence[MessageExt]) -> PutResult: ...  # one topic/queue, atomic
+    def put_messages(self, msgs: Sequence[MessageExt]) -> PutResult: ...  # one topic/queue, atomic, no DELAY
 
     # -- read --
     def get_messages(

@@ -1041,7 +1041,8 @@ class DefaultMessageStore:
         return prefix
 
     def put_messages(self, msgs: Sequence[MessageExt]) -> PutResult:
-        """Append one message or a batch (same topic/queue, consecutive queue offsets, written atomically)."""
+        """Append one message or a batch (same topic/queue, consecutive queue offsets, written atomically);
+        like RocketMQ's putMessages, a message's DELAY is stored as it is, not scheduled."""
         if not msgs:
             return PutResult(PutMessageStatus.MESSAGE_ILLEGAL)
         recs: list[bytearray] = []
