@@ -6,11 +6,14 @@ and what the broker stored is checked independently over the raw wire.
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 from rmqgate.compat_tests.drivers import run_cpp
 from rmqgate.compat_tests.wire_client import stored_bodies as wire_stored_bodies
 from rmqgate.compat_tests.wire_client import stored_messages, wait_until
+from rmqgate.wire.codes import LanguageCode, RequestCode, ResponseCode
 
 pytestmark = pytest.mark.slow
 
@@ -138,6 +141,45 @@ def test_push_consumer_tag_filter(cluster, uniq, make_topic, client_home):
     got = res["received"]
     assert sorted(m["body"] for m in got) == sorted(f"body-{i}" for i in range(9) if i % 3 != 1)
     assert {m["tags"] for m in got} == {"TagA", "TagC"}
+
+
+def test_push_consumer_follows_a_reset_offset(cluster, uniq, make_topic, client_home, broker):
+    """mqadmin resetOffsetByTime while the group consumes: the broker sends the consumer
+    RESET_CONSUMER_CLIENT_OFFSET, the C++ core commits the offsets it names, and the group reads
+    everything again from there. (2.1.0 itself resumes only once its dropped pull requests expire, so
+    the second read is a new consumer of the group.)"""
+    topic, group = make_topic(uniq()), uniq("cg")
+    produce(cluster, client_home, topic, uniq("pg"), mode="sync", count=8)
+    done = client_home / "reset-done"
+    args = {"scenario": "push_consume", "namesrv": cluster.namesrv, "topic": topic, "group": group}
+    args.update(expect=8, wait_s=60, linger_s=0, stay_until=str(done))
+    out: dict[str, dict] = {}
+    consumer = threading.Thread(target=lambda: out.update(res=run_cpp(args, client_home)))
+    consumer.start()
+
+    def committed() -> list[int]:
+        offsets = []
+        for qid in range(4):
+            ext = {"consumerGroup": group, "topic": topic, "queueId": qid}
+            resp = broker.invoke(RequestCode.QUERY_CONSUMER_OFFSET, ext)
+            offsets.append(int(resp.ext_fields["offset"]) if resp.code == ResponseCode.SUCCESS else -1)
+        return offsets
+
+    try:
+        assert wait_until(lambda: committed() == [2, 2, 2, 2], timeout=40, interval=0.5), committed()
+        ext = {"topic": topic, "group": group, "timestamp": 0, "isForce": True}
+        # (the Java broker writes the body C++ consumers read only for a C++ requester)
+        resp = broker.invoke(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, ext, language=LanguageCode.CPP)
+        assert resp.code == ResponseCode.SUCCESS, resp.remark
+        assert wait_until(lambda: committed() == [0, 0, 0, 0], timeout=20, interval=0.2), committed()
+    finally:
+        done.touch()
+        consumer.join(120)
+    assert sorted(m["body"] for m in out["res"]["received"]) == [f"body-{i}" for i in range(8)]
+    args.update(linger_s=2)
+    del args["stay_until"]
+    again = run_cpp(args, client_home)["received"]
+    assert sorted(m["body"] for m in again) == [f"body-{i}" for i in range(8)]
 
 
 def test_pull_consumer(cluster, uniq, make_topic, client_home):

@@ -1,4 +1,5 @@
-"""Consumer offsets, queue offsets, time search, view by id and query by key over the raw wire."""
+"""Consumer offsets, queue offsets, time search, reset by time, view by id and query by key over the
+raw wire."""
 
 from __future__ import annotations
 
@@ -6,8 +7,8 @@ import time
 
 import pytest
 
-from rmqgate.compat_tests.wire_client import decode_messages, loads, wait_until
-from rmqgate.wire.codes import RequestCode, ResponseCode, SerializeType
+from rmqgate.compat_tests.wire_client import decode_messages, loads, mq_offset_table, wait_until
+from rmqgate.wire.codes import LanguageCode, RequestCode, ResponseCode, SerializeType
 
 SERIALIZATIONS = [
     pytest.param(SerializeType.JSON, id="json"),
@@ -18,6 +19,23 @@ SERIALIZATIONS = [
 def query_offset(c, group, topic, queue_id):
     return c.invoke(
         RequestCode.QUERY_CONSUMER_OFFSET, {"consumerGroup": group, "topic": topic, "queueId": queue_id}
+    )
+
+
+def commit_offset(c, group, topic, queue_id, offset):
+    resp = c.invoke(
+        RequestCode.UPDATE_CONSUMER_OFFSET,
+        {"consumerGroup": group, "topic": topic, "queueId": queue_id, "commitOffset": offset},
+    )
+    assert resp.code == ResponseCode.SUCCESS
+
+
+def reset_offset(c, topic, group, timestamp, force=False, **kw):
+    """What mqadmin resetOffsetByTime sends to each broker."""
+    return c.invoke(
+        RequestCode.INVOKE_BROKER_TO_RESET_OFFSET,
+        {"topic": topic, "group": group, "timestamp": timestamp, "isForce": force},
+        **kw,
     )
 
 
@@ -132,3 +150,70 @@ def test_query_message_by_key_and_unique_key(cluster, uniq, make_topic, broker):
     assert [bytes(m.body) for m in decode_messages(resp.body)] == [b"keyed"]
     assert "indexLastUpdateTimestamp" in resp.ext_fields
     assert query("no-such-key").code == ResponseCode.QUERY_NOT_FOUND
+
+
+def reset_scene(cluster, uniq, make_topic, broker):
+    """Queue 0: three messages well before ``t_mid``, two right after; queue 1: one after. The group
+    has committed offsets 5 and 0. (The search by time answers the nearest message, either side.)"""
+    topic = make_topic(uniq(), queues=2)
+    group = uniq("g")
+    for _ in range(3):
+        broker.send_message(topic, b"early", queue_id=0)
+    time.sleep(0.5)
+    t_mid = int(time.time() * 1000)
+    time.sleep(0.01)
+    for qid in (0, 0, 1):
+        broker.send_message(topic, b"late", queue_id=qid)
+    commit_offset(broker, group, topic, 0, 5)
+    commit_offset(broker, group, topic, 1, 0)
+    return topic, group, t_mid
+
+
+@pytest.mark.parametrize("lang", [LanguageCode.JAVA, LanguageCode.CPP], ids=["java", "cpp"])
+def test_reset_offset_by_time_tells_every_consumer(cluster, uniq, make_topic, broker, lang):
+    """Broker2Client.resetOffset: the offset at the time per queue, the committed one where that is
+    lower unless forced; each consumer gets RESET_CONSUMER_CLIENT_OFFSET (C++ consumers the list form
+    they read) and commits the offsets itself, so the broker's table is unchanged."""
+    topic, group, t_mid = reset_scene(cluster, uniq, make_topic, broker)
+    name = cluster.broker_name
+    with cluster.broker_client(language=lang) as consumer:
+        heartbeat = consumer.heartbeat(uniq("client"), consumers=[{"group": group, "topics": {topic: "*"}}])
+        assert heartbeat.code == ResponseCode.SUCCESS
+        # (the Java broker picks the consumers' body by the requester's language: ask in theirs)
+        resp = reset_offset(broker, topic, group, t_mid, language=lang)
+        assert resp.code == ResponseCode.SUCCESS, resp.remark
+        assert mq_offset_table(resp.body) == {(topic, name, 0): 3, (topic, name, 1): 0}
+        req = consumer.wait_server_request(RequestCode.RESET_CONSUMER_CLIENT_OFFSET)
+        assert req.ext_fields["topic"] == topic
+        assert req.ext_fields["group"] == group
+        assert int(req.ext_fields["timestamp"]) == t_mid
+        if lang == LanguageCode.CPP:
+            entries = sorted(loads(req.body)["offsetTable"], key=lambda e: e["queueId"])
+            assert entries == [
+                {"brokerName": name, "offset": 3, "queueId": 0, "topic": topic},
+                {"brokerName": name, "offset": 0, "queueId": 1, "topic": topic},
+            ]
+        else:
+            assert mq_offset_table(req.body) == {(topic, name, 0): 3, (topic, name, 1): 0}
+        assert query_offset(broker, group, topic, 0).ext_fields["offset"] == "5"
+
+        # -1 is the max offset; forced, it replaces even a lower committed offset
+        resp = reset_offset(broker, topic, group, -1)
+        assert mq_offset_table(resp.body) == {(topic, name, 0): 5, (topic, name, 1): 0}
+        resp = reset_offset(broker, topic, group, -1, force=True)
+        assert resp.code == ResponseCode.SUCCESS, resp.remark
+        assert mq_offset_table(resp.body) == {(topic, name, 0): 5, (topic, name, 1): 1}
+
+
+def test_reset_offset_refusals(cluster, uniq, make_topic, broker):
+    topic, group, t_mid = reset_scene(cluster, uniq, make_topic, broker)
+    resp = reset_offset(broker, uniq("missing"), group, t_mid)
+    assert resp.code == ResponseCode.SYSTEM_ERROR
+    assert "no topic in this broker" in resp.remark
+    resp = reset_offset(broker, topic, uniq("nooffsets"), t_mid)
+    assert resp.code == ResponseCode.SYSTEM_ERROR
+    assert "not exist" in resp.remark
+    # mqadmin falls back to committing the offsets itself on this one
+    resp = reset_offset(broker, topic, group, t_mid)
+    assert resp.code == ResponseCode.CONSUMER_NOT_ONLINE
+    assert group in resp.remark

@@ -60,6 +60,18 @@ def loads(data: bytes | bytearray | memoryview | str) -> Any:
     return json.loads(_BARE_KEY.sub(quote, text))
 
 
+_MQ_ENTRY = re.compile(
+    r'\{"brokerName":"((?:[^"\\]|\\.)*)","queueId":(\d+),"topic":"((?:[^"\\]|\\.)*)"\}:(-?\d+)'
+)
+
+
+def mq_offset_table(data: bytes | bytearray | memoryview | str) -> dict[tuple[str, str, int], int]:
+    """A fastjson ``Map<MessageQueue, Long>`` (object keys, which JSON cannot parse) as
+    ``{(topic, brokerName, queueId): value}``."""
+    text = data if isinstance(data, str) else bytes(data).decode("utf-8")
+    return {(t, b, int(q)): int(v) for b, q, t, v in _MQ_ENTRY.findall(text)}
+
+
 def dumps(obj: Any) -> bytes:
     return json.dumps(obj, separators=(",", ":")).encode()
 

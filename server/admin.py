@@ -3,6 +3,7 @@ groups, offsets and stats, runtime info, connections."""
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -19,7 +20,7 @@ from rmqgate.server.topics import (
     validate_topic,
 )
 from rmqgate.store.api import SCHEDULE_TOPIC
-from rmqgate.wire.codes import LanguageCode, RequestCode, ResponseCode
+from rmqgate.wire.codes import LanguageCode, MQVersion, RequestCode, ResponseCode
 from rmqgate.wire.command import RemotingCommand
 from rmqgate.wire.errors import BodyError, MessageFormatError
 from rmqgate.wire.fastjson import ObjectKey
@@ -33,6 +34,7 @@ from rmqgate.wire.headers import (
     GetConsumeStatsRequestHeader,
     GetProducerConnectionListRequestHeader,
     GetTopicStatsInfoRequestHeader,
+    ResetOffsetRequestHeader,
 )
 from rmqgate.wire.message import decode_offset_msg_id
 
@@ -41,6 +43,7 @@ if TYPE_CHECKING:
     from rmqgate.server.consumer import ClientChannelInfo
 
 R = RequestCode
+log = logging.getLogger("rmqgate.server.admin")
 _LANG = {int(lang): lang.name for lang in LanguageCode}
 
 
@@ -78,6 +81,7 @@ class AdminBrokerProcessor(RequestProcessor):
         R.GET_SYSTEM_TOPIC_LIST_FROM_BROKER,
         R.GET_CONSUMER_RUNNING_INFO,
         R.CONSUME_MESSAGE_DIRECTLY,
+        R.INVOKE_BROKER_TO_RESET_OFFSET,
     )
 
     def __init__(self, broker: BrokerController) -> None:
@@ -103,6 +107,7 @@ class AdminBrokerProcessor(RequestProcessor):
             R.GET_SYSTEM_TOPIC_LIST_FROM_BROKER: self.get_system_topic_list,
             R.GET_CONSUMER_RUNNING_INFO: self.call_consumer,
             R.CONSUME_MESSAGE_DIRECTLY: self.call_consumer,
+            R.INVOKE_BROKER_TO_RESET_OFFSET: self.reset_offset,
         }
 
     def process(self, channel: Channel, request: RemotingCommand) -> Any:
@@ -239,6 +244,74 @@ class AdminBrokerProcessor(RequestProcessor):
             k.partition("@")[2] for k in self.store.meta.offset_table() if k.partition("@")[0] == topic
         }
         return req.response(ResponseCode.SUCCESS, body=dumpb({"groupList": sorted(groups)}))
+
+    def reset_offset(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
+        """mqadmin resetOffsetByTime (``Broker2Client.resetOffset``): per write queue the offset at the
+        timestamp (-1: the max offset), kept at the group's committed offset unless forced or lower,
+        sent oneway to every consumer of the group, which moves and commits its offsets itself; the
+        broker's offset table is not written. The body each consumer gets is the one its language
+        reads (Java picks it by the requester's language, which breaks C++ consumers reset by the
+        Java mqadmin)."""
+        h = ResetOffsetRequestHeader.from_ext(req.ext_fields or {})
+        tc = self.broker.topics.get(h.topic)
+        if tc is None:
+            return req.response(
+                ResponseCode.SYSTEM_ERROR,
+                f"[reset-offset] reset offset failed, no topic in this broker. topic={h.topic}",
+            )
+        store = self.store
+        offsets: list[tuple[int, int]] = []
+        for qid in range(tc["writeQueueNums"]):
+            committed = store.meta.query_offset(h.group, h.topic, qid)
+            if committed == -1:
+                return req.response(ResponseCode.SYSTEM_ERROR, f"THe consumer group <{h.group}> not exist")
+            if h.timestamp == -1:
+                target = store.get_max_offset_in_queue(h.topic, qid)
+            else:
+                target = store.get_offset_in_queue_by_time(h.topic, qid, h.timestamp)
+            target = max(target, 0)
+            offsets.append((qid, target if h.is_force or target < committed else committed))
+        cgi = self.broker.consumers.find(h.group)
+        if cgi is None or not cgi.channels:
+            return req.response(
+                ResponseCode.CONSUMER_NOT_ONLINE,
+                f"Consumer not online, so can not reset offset, Group: {h.group} Topic: {h.topic} "
+                f"Timestamp: {h.timestamp}",
+            )
+        clients = list(cgi.channels.values())
+        old = next((info for info in clients if info.version < MQVersion.V3_0_7_SNAPSHOT), None)
+        if old is not None:
+            return req.response(
+                ResponseCode.SYSTEM_ERROR, f"the client does not support this feature. version={old.version}"
+            )
+        broker_name = self.broker.config.brokerName
+        table = {_mq(h.topic, broker_name, qid): off for qid, off in offsets}
+        java_body = dumpb({"offsetTable": table})
+        cpp_body = dumpb(
+            {
+                "offsetTable": [
+                    {"brokerName": broker_name, "offset": off, "queueId": qid, "topic": h.topic}
+                    for qid, off in offsets
+                ]
+            }
+        )
+        ext = ResetOffsetRequestHeader(
+            topic=h.topic, group=h.group, timestamp=h.timestamp, is_force=False
+        ).to_ext()
+        for info in clients:
+            if not info.channel.closed:
+                body = cpp_body if info.language == LanguageCode.CPP else java_body
+                info.channel.send_oneway(
+                    RemotingCommand.request(R.RESET_CONSUMER_CLIENT_OFFSET, dict(ext), body)
+                )
+                log.info(
+                    "[reset-offset] topic=%s group=%s client=%s offsets=%s",
+                    h.topic,
+                    h.group,
+                    info.client_id,
+                    offsets,
+                )
+        return req.response(ResponseCode.SUCCESS, body=java_body)
 
     # -- connections --
     def get_consumer_connection_list(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:

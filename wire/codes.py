@@ -170,6 +170,7 @@ class ResponseCode(IntEnum):
 
 # MQVersion ordinals that change behaviour (PROTOCOL.md §1.5).
 class MQVersion(IntEnum):
+    V3_0_7_SNAPSHOT = 28
     V3_4_9 = 121
     V4_1_0_SNAPSHOT = 232
     V4_6_0 = 333

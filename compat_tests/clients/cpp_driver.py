@@ -132,6 +132,10 @@ def push_consume(rocketmq: Any, args: dict[str, Any]) -> dict[str, Any]:
     consumer.start()
     enough.wait(args.get("wait_s", 30))
     time.sleep(args.get("linger_s", 1.0))  # catch duplicates / unexpected extra messages
+    if "stay_until" in args:  # a file the test creates when it is done with the running consumer
+        deadline = time.monotonic() + args.get("wait_s", 30)
+        while not os.path.exists(args["stay_until"]) and time.monotonic() < deadline:
+            time.sleep(0.1)
     with lock:
         return {"received": list(received)}
 
