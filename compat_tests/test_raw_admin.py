@@ -7,7 +7,14 @@ import socket
 
 import pytest
 
-from rmqgate.compat_tests.wire_client import dumps, heartbeat_body, java_hash, loads, wait_until
+from rmqgate.compat_tests.wire_client import (
+    PULL_SUBSCRIPTION,
+    dumps,
+    heartbeat_body,
+    java_hash,
+    loads,
+    wait_until,
+)
 from rmqgate.wire.codes import LanguageCode, RequestCode, ResponseCode, SerializeType
 from rmqgate.wire.frame import encode_frame
 
@@ -208,6 +215,27 @@ def test_broker_runtime_info_has_what_mqadmin_reads(cluster, broker):
     assert all(isinstance(v, str) for v in table.values())
 
 
+def test_broker_runtime_totals_count_puts_and_pulled_messages(cluster, uniq, make_topic, broker):
+    """msgPutTotalTodayNow / msgGetTotalTodayNow (mqadmin clusterList's #InTotalToday) move with
+    messages stored and messages handed to pulls. (Other clients of the broker may add to them.)"""
+    topic = make_topic(uniq(), queues=1)
+
+    def totals() -> tuple[int, int]:
+        table = loads(broker.invoke(RequestCode.GET_BROKER_RUNTIME_INFO).body)["table"]
+        return int(table["msgPutTotalTodayNow"]), int(table["msgGetTotalTodayNow"])
+
+    put0, get0 = totals()
+    for i in range(5):
+        assert broker.send_message(topic, b"%d" % i, queue_id=0).code == ResponseCode.SUCCESS
+    resp = broker.pull(uniq("g"), topic, 0, 0, max_nums=3, sys_flag=PULL_SUBSCRIPTION, subscription="*")
+    assert resp.code == ResponseCode.SUCCESS
+    put1, get1 = totals()
+    assert put1 - put0 >= 5
+    assert get1 - get0 >= 3
+    table = loads(broker.invoke(RequestCode.GET_BROKER_RUNTIME_INFO).body)["table"]
+    assert len(table["putTps"].split(" ")) == 3  # 10 s, 60 s and 600 s figures
+
+
 def test_topic_stats_and_consume_stats(cluster, uniq, make_topic, broker):
     topic = make_topic(uniq(), queues=2)
     group = uniq("g")
@@ -261,3 +289,65 @@ def test_slow_reader_does_not_stall_others(cluster):
             except BlockingIOError:
                 pass  # the server stopped reading from us: backpressure, fine
             assert other.invoke(RequestCode.GET_BROKER_RUNTIME_INFO, timeout=10).code == ResponseCode.SUCCESS
+
+
+def broker_config(broker) -> dict[str, str]:
+    resp = broker.invoke(RequestCode.GET_BROKER_CONFIG)
+    assert resp.code == ResponseCode.SUCCESS
+    lines = resp.body.decode().splitlines()
+    return dict(line.split("=", 1) for line in lines if "=" in line)
+
+
+def update_broker_config(broker, text: str):
+    return broker.invoke(RequestCode.UPDATE_BROKER_CONFIG, body=text.encode())
+
+
+def test_update_broker_config_applies_at_once(cluster, uniq, make_topic, broker):
+    """mqadmin updateBrokerConfig: maxMessageSize limits the next send; restored, it no longer does."""
+    topic = make_topic(uniq(), queues=1)
+    before = broker_config(broker)["maxMessageSize"]
+    try:
+        assert update_broker_config(broker, "maxMessageSize=1024\n").code == ResponseCode.SUCCESS
+        assert broker_config(broker)["maxMessageSize"] == "1024"
+        assert broker.send_message(topic, bytes(2000)).code == ResponseCode.MESSAGE_ILLEGAL
+    finally:
+        assert update_broker_config(broker, f"maxMessageSize={before}\n").code == ResponseCode.SUCCESS
+    assert broker.send_message(topic, bytes(2000)).code == ResponseCode.SUCCESS
+
+
+def test_update_broker_config_permission_is_registered(cluster, uniq, make_topic, broker):
+    """A new brokerPermission goes to the name server at once: routes say read-only (4)."""
+    topic = make_topic(uniq(), queues=1)
+
+    def perm() -> int:
+        with cluster.namesrv_client() as ns:
+            route = loads(ns.route(topic).body)
+        return next(q["perm"] for q in route["queueDatas"] if q["brokerName"] == cluster.broker_name)
+
+    try:
+        assert update_broker_config(broker, "brokerPermission=4").code == ResponseCode.SUCCESS
+        assert wait_until(lambda: perm() == 4, timeout=15), perm()
+    finally:
+        assert update_broker_config(broker, "brokerPermission=6").code == ResponseCode.SUCCESS
+    assert wait_until(lambda: perm() == 6, timeout=15), perm()
+
+
+def test_update_broker_config_black_list(cluster, broker):
+    resp = update_broker_config(broker, "brokerConfigPath=/tmp/elsewhere")
+    assert resp.code == ResponseCode.NO_PERMISSION
+    assert "black list" in resp.remark
+    assert "brokerConfigPath=/tmp/elsewhere" not in resp.remark
+
+
+@pytest.mark.rmqgate_only
+def test_update_broker_config_is_all_or_nothing(cluster, broker):
+    """A value that does not convert refuses the update, naming it (Java skips it silently)."""
+    before = broker_config(broker)
+    resp = update_broker_config(broker, "defaultTopicQueueNums=3\nmaxMessageSize=lots\n")
+    assert resp.code == ResponseCode.SYSTEM_ERROR
+    assert "maxMessageSize" in resp.remark
+    after = broker_config(broker)
+    assert (after["defaultTopicQueueNums"], after["maxMessageSize"]) == (
+        before["defaultTopicQueueNums"],
+        before["maxMessageSize"],
+    )

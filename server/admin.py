@@ -7,6 +7,7 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from rmqgate.server.config import parse_properties_text
 from rmqgate.server.jsonbody import dumpb, loads_object
 from rmqgate.server.remoting import Channel, RequestProcessor
 from rmqgate.server.topics import (
@@ -82,6 +83,7 @@ class AdminBrokerProcessor(RequestProcessor):
         R.GET_CONSUMER_RUNNING_INFO,
         R.CONSUME_MESSAGE_DIRECTLY,
         R.INVOKE_BROKER_TO_RESET_OFFSET,
+        R.UPDATE_BROKER_CONFIG,
     )
 
     def __init__(self, broker: BrokerController) -> None:
@@ -108,6 +110,7 @@ class AdminBrokerProcessor(RequestProcessor):
             R.GET_CONSUMER_RUNNING_INFO: self.call_consumer,
             R.CONSUME_MESSAGE_DIRECTLY: self.call_consumer,
             R.INVOKE_BROKER_TO_RESET_OFFSET: self.reset_offset,
+            R.UPDATE_BROKER_CONFIG: self.update_broker_config,
         }
 
     def process(self, channel: Channel, request: RemotingCommand) -> Any:
@@ -189,6 +192,7 @@ class AdminBrokerProcessor(RequestProcessor):
             topics = sorted({k[: -len(suffix)] for k in self.store.meta.offset_table() if k.endswith(suffix)})
         cgi = broker.consumers.find(h.consumer_group)
         table: dict[Any, Any] = {}
+        consume_tps = 0.0
         for topic in topics:
             tc = broker.topics.get(topic)
             if tc is None:
@@ -208,7 +212,9 @@ class AdminBrokerProcessor(RequestProcessor):
                     "consumerOffset": consumer_off,
                     "lastTimestamp": last,
                 }
-        return req.response(ResponseCode.SUCCESS, body=dumpb({"consumeTps": 0.0, "offsetTable": table}))
+            consume_tps += broker.stats.group_get_tps(topic, h.consumer_group)
+        body = dumpb({"consumeTps": consume_tps, "offsetTable": table})
+        return req.response(ResponseCode.SUCCESS, body=body)
 
     # -- subscription groups and offsets --
     def update_and_create_subscription_group(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
@@ -395,14 +401,6 @@ class AdminBrokerProcessor(RequestProcessor):
             "brokerVersion": "409",
             "bootTimestamp": str(self.boot_timestamp),
             "runtime": f"[ {int(time.time() - self.boot_timestamp / 1000)} s ]",
-            "msgPutTotalTodayNow": "0",
-            "msgGetTotalTodayNow": "0",
-            "msgPutTotalYesterdayMorning": "0",
-            "msgGetTotalYesterdayMorning": "0",
-            "msgPutTotalTodayMorning": "0",
-            "msgGetTotalTodayMorning": "0",
-            "putTps": "0.0 0.0 0.0",
-            "getTransferedTps": "0.0 0.0 0.0",
             "commitLogMinOffset": str(store.get_min_phy_offset()),
             "commitLogMaxOffset": str(store.get_max_phy_offset()),
             "earliestMessageTimeStamp": "0",
@@ -417,13 +415,55 @@ class AdminBrokerProcessor(RequestProcessor):
             "brokerName": self.broker.config.brokerName,
         }
         table.update({k: str(v) for k, v in store.runtime_info().items()})
+        table.update(self.broker.stats.runtime_info())
         return req.response(ResponseCode.SUCCESS, body=dumpb({"table": table}))
+
+    def update_broker_config(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
+        """mqadmin updateBrokerConfig: the body's properties set on the running broker, all or none
+        (Java skips a value that does not convert, silently). Keys the store reads as it goes reach it
+        too; others take effect where the broker reads them per request, or at the next start. Keys
+        in configBlackList are refused; a new brokerPermission is registered at once. As in Java,
+        broker.conf is not rewritten."""
+        if req.body is None:
+            return req.response(ResponseCode.SUCCESS)
+        try:
+            props = parse_properties_text(bytes(req.body).decode("utf-8"))
+        except UnicodeDecodeError:
+            return req.response(ResponseCode.SYSTEM_ERROR, "string2Properties error")
+        config = self.broker.config
+        if {k.strip() for k in config.configBlackList.split(";")} & props.keys():
+            return req.response(ResponseCode.NO_PERMISSION, "Can not update config in black list.")
+        try:
+            config.set_all(props)
+        except ValueError as exc:
+            return req.response(ResponseCode.SYSTEM_ERROR, f"updateBrokerConfig: {exc}")
+        log.info("updateBrokerConfig by %s: %s", channel.remote_addr, props)
+        live = config.store_config()
+        for name in _LIVE_STORE_FIELDS:
+            setattr(self.store.config, name, getattr(live, name))
+        self.broker.send_processor.max_message_size = config.maxMessageSize
+        if "brokerPermission" in props:
+            self.broker.topics.next_version()
+            self.broker.request_register()
+        return req.response(ResponseCode.SUCCESS)
 
     def get_broker_config(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
         props = self.broker.config.to_properties()
         body = "".join(f"{k}={v}\n" for k, v in sorted(props.items())).encode()
         version = dumpb(self.broker.topics.data_version).decode()
         return req.response(ResponseCode.SUCCESS, ext_fields={"version": version}, body=body)
+
+
+# StoreConfig fields the store reads at each use, so an UPDATE_BROKER_CONFIG of them applies at once
+_LIVE_STORE_FIELDS = (
+    "max_message_size",
+    "file_reserved_time",
+    "delete_when",
+    "disk_max_used_space_ratio",
+    "access_message_in_memory_max_ratio",
+    "max_transfer_count_on_message_in_memory",
+    "max_transfer_bytes_on_message_in_memory",
+)
 
 
 def _refused_topic(req: RemotingCommand, topic: str) -> RemotingCommand | None:

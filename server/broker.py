@@ -30,6 +30,7 @@ from rmqgate.server.pull import PullMessageProcessor
 from rmqgate.server.query import QueryMessageProcessor
 from rmqgate.server.remoting import Channel, RemotingServer, RequestProcessor, cancel_and_wait
 from rmqgate.server.send import SendMessageProcessor
+from rmqgate.server.stats import BrokerStats
 from rmqgate.server.topics import PERM_RW, SubscriptionGroupManager, TopicConfigManager, topic_config
 from rmqgate.store.api import MessageStore, open_store
 from rmqgate.wire.codes import RequestCode, ResponseCode
@@ -58,6 +59,7 @@ class BrokerController:
         self.locks = locks.RebalanceLockManager(locks.lock_max_live_time(config))
         self.transactions = transaction.TransactionalMessageService(self)
         self.schedule = schedule.ScheduleMessageService(self)
+        self.stats = BrokerStats(self.store.put_totals)
         self.topics.on_change = self.request_register
         self.send_processor = SendMessageProcessor(self)
         self.pull_processor = PullMessageProcessor(self)
@@ -98,6 +100,7 @@ class BrokerController:
         self.transactions.start()
         self.schedule.start()
         self._tasks.append(loop.create_task(self._scan_loop()))
+        self._tasks.append(loop.create_task(self._stats_loop()))
 
     async def stop(self) -> None:
         await cancel_and_wait(self._tasks)
@@ -155,6 +158,14 @@ class BrokerController:
                 self.producers.scan_expired(timeout)
             except Exception:
                 log.exception("client channel scan failed")
+
+    async def _stats_loop(self) -> None:
+        while True:
+            try:
+                self.stats.sample()
+            except Exception:
+                log.exception("stats sampling failed")
+            await asyncio.sleep(1.0)
 
     # -- name server registration --
     def request_register(self) -> None:

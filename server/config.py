@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import os
 import re
@@ -77,6 +78,7 @@ class BrokerConfig:
     maxTransferBytesOnMessageInMemory: int = 256 * 1024
     defaultQueryMaxNum: int = 32
     rejectTransactionMessage: bool = False
+    configBlackList: str = "configBlackList;brokerConfigPath"  # keys UPDATE_BROKER_CONFIG refuses
     extra: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -103,6 +105,17 @@ class BrokerConfig:
         else:
             converted = value
         setattr(self, key, converted)
+
+    def set_all(self, props: dict[str, str]) -> None:
+        """``set`` every key, or none: a value that does not convert raises ValueError naming its key."""
+        trial = copy.deepcopy(self)
+        for key, value in props.items():
+            try:
+                trial.set(key, value)
+            except ValueError as exc:
+                raise ValueError(f"{key}={value!r}: {exc}") from None
+        for key, value in props.items():
+            self.set(key, value)
 
     def store_config(self) -> StoreConfig:
         return StoreConfig(

@@ -197,6 +197,7 @@ class PullMessageProcessor(RequestProcessor):
     def __init__(self, broker: BrokerController) -> None:
         self.broker = broker
         self.store = broker.store
+        self.stats = broker.stats
         self.hold = PullRequestHoldService(self)
         # called only for puts to a queue with parked pulls (``held`` is never replaced, only changed)
         self.store.register_arrival_listener(self.hold.on_arrival, self.hold.held)
@@ -282,6 +283,7 @@ class PullMessageProcessor(RequestProcessor):
             topic, queue_id, offset, h.max_msg_nums, max_bytes=h.max_msg_bytes, tags_filter=codes
         )
         code = status_code(res.status, offset)
+        self.stats.record_pull(topic, group, len(res.buffers) if code == ResponseCode.SUCCESS else 0)
         if code == ResponseCode.PULL_OFFSET_MOVED and config.brokerRole != "SLAVE":
             self._offset_moved(group, topic, queue_id, offset, res.next_begin_offset)
         if (

@@ -160,9 +160,9 @@ class TopicConfigManager:
         if missing:
             self.table.update(missing)
             self.meta.put_many(self.DB, missing)
-        self._bump()
+        self.next_version()
 
-    def _bump(self) -> None:
+    def next_version(self) -> None:
         self._version = {"counter": self._version["counter"] + 1, "timestamp": int(time.time() * 1000)}
 
     @property
@@ -175,7 +175,7 @@ class TopicConfigManager:
     def put(self, tc: dict[str, Any], *, notify: bool = True) -> None:
         self.table[tc["topicName"]] = tc
         self.meta.put(self.DB, tc["topicName"], tc)
-        self._bump()
+        self.next_version()
         if notify and self.on_change is not None:
             self.on_change()
 
@@ -183,7 +183,7 @@ class TopicConfigManager:
         if self.table.pop(topic, None) is None:
             return False
         self.meta.delete(self.DB, topic)
-        self._bump()
+        self.next_version()
         if self.on_change is not None:
             self.on_change()
         return True

@@ -256,6 +256,7 @@ class MessageStore(Protocol):
         self, listener: ArrivalListener, watched: Container[tuple[str, int]] | None = None
     ) -> None: ...  # with ``watched``: only for puts to the (topic, queueId) keys it holds right now
     def delete_topics(self, topics: Collection[str]) -> int: ...  # drops ConsumeQueues + offsets
+    def put_totals(self) -> tuple[int, int]: ...  # (messages, bytes) appended since open
     def runtime_info(self) -> dict[str, str]: ...
 
 

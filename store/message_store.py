@@ -487,6 +487,7 @@ class DefaultMessageStore:
         self._shutdown = True
         self._physical_memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
         self.recovered_from = 0  # where the last recovery re-dispatched from (observable for tests)
+        self._put_times_base = self._put_size_base = 0  # put_totals() counts from these
         # the index: built inline (self.index), or by a dispatcher process read through self._index_reader
         self._index_inline = config.message_index_enable
         self._index_process: IndexDispatchProcess | None = None
@@ -542,6 +543,8 @@ class DefaultMessageStore:
             raise
         store.abort_file.write_text(_BOOT_ID, "ascii")
         _fsync_dir(store.root)
+        store._put_times_base = sum(store.topic_queue_table.values())
+        store._put_size_base = store.commitlog.get_max_offset()
         store._shutdown = False
         if start_services:
             store._flush_service = _FlushService(store)
@@ -1386,7 +1389,7 @@ class DefaultMessageStore:
         with self._put_lock:
             for key in [k for k in self.consume_queues if k[0] in topics]:
                 self.consume_queues.pop(key).destroy()
-                self.topic_queue_table.pop(key, None)
+                self._put_times_base -= self.topic_queue_table.pop(key, 0)
                 n += 1
             for t in topics:
                 shutil.rmtree(self.root / "consumequeue" / t, ignore_errors=True)
@@ -1453,6 +1456,16 @@ class DefaultMessageStore:
             self.index.delete_expired(min_phy)
         return deleted
 
+    def put_totals(self) -> tuple[int, int]:
+        """(messages, bytes) appended since the store opened, as StoreStatsService's
+        putMessageTimesTotal / putMessageSizeTotal: read off the queue offsets and the CommitLog end,
+        so that the put path counts nothing. Messages outside every ConsumeQueue (prepared and
+        rolled-back transaction records) are not in the number."""
+        with self._put_lock:
+            n = sum(self.topic_queue_table.values()) - self._put_times_base
+            size = self.commitlog.get_max_offset() - self._put_size_base
+        return n, size
+
     def runtime_info(self) -> dict[str, str]:
         cl = self.commitlog
         return {
@@ -1461,7 +1474,6 @@ class DefaultMessageStore:
             "commitLogDiskRatio": f"{_disk_ratio(self.root):.4f}",
             "dispatchBehindBytes": str(self._index_process.behind() if self._index_process else 0),
             "putMessageEntireTimeMax": "0",
-            "msgPutTotalTodayNow": "0",
             "earliestMessageTimeStamp": str(self._earliest_commitlog_time()),
             "flushDiskType": self.config.flush_disk_type,
         }

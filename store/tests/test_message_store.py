@@ -619,3 +619,27 @@ def _record_positions(buf: memoryview, end: int) -> list[int]:
         out.append(pos)
         pos += total
     return out
+
+
+def test_put_totals_count_appends_since_open(tmp_path: Path) -> None:
+    """StoreStatsService's putMessageTimesTotal / SizeTotal, from the queue offsets and CommitLog end:
+    since this open, batches count per message, and deleting a topic takes nothing back."""
+    s = DefaultMessageStore.open(cfg(tmp_path))
+    try:
+        assert s.put_totals() == (0, 0)
+        sizes = [s.put_message(msg(qid=i % 2)).wrote_bytes for i in range(5)]
+        sizes.append(s.put_message(msg("Other")).wrote_bytes)
+        assert s.put_totals() == (6, sum(sizes))
+        assert s.delete_topics({"Other"}) == 1
+        assert s.put_totals() == (6, sum(sizes))
+        s.put_message(msg())
+        assert s.put_totals()[0] == 7
+    finally:
+        s.shutdown()
+    s = DefaultMessageStore.open(cfg(tmp_path))
+    try:
+        assert s.put_totals() == (0, 0)  # what was there before this open is not counted
+        size = s.put_message(msg(qid=1)).wrote_bytes
+        assert s.put_totals() == (1, size)
+    finally:
+        s.shutdown()

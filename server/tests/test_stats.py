@@ -1,0 +1,83 @@
+"""BrokerStats: TPS windows over one-second samples, daily totals, per-group get TPS."""
+
+from __future__ import annotations
+
+from datetime import date
+
+from rmqgate.server.stats import BrokerStats, java_double
+
+
+class Puts:
+    """The store's put_totals as a settable value (the stats read it at each sample)."""
+
+    def __init__(self) -> None:
+        self.n = 0
+
+    def __call__(self) -> tuple[int, int]:
+        return self.n, self.n * 1000
+
+
+def run(stats: BrokerStats, puts: Puts, seconds: int, per_second: int, start: int = 0) -> int:
+    day = date(2026, 11, 24)
+    for i in range(seconds):
+        stats.sample(now_ms=(start + i) * 1000, today=day)
+        puts.n += per_second
+    return start + seconds
+
+
+def test_tps_windows_fill_as_samples_arrive() -> None:
+    puts = Puts()
+    stats = BrokerStats(puts, boot_ms=0)
+    run(stats, puts, 5, 100)
+    info = stats.runtime_info()
+    assert info["putTps"] == "  "  # no window covered yet: StoreStatsService leaves each empty
+    assert info["getTotalTps"] == "0.0 0.0 0.0"  # found + miss, 0 where not covered (as Java)
+    t = run(stats, puts, 6, 100, start=5)
+    assert stats.runtime_info()["putTps"] == "100.0  "
+    t = run(stats, puts, 60, 300, start=t)
+    put_10s, put_60s, put_600s = stats.runtime_info()["putTps"].split(" ")
+    assert (put_10s, put_600s) == ("300.0", "")
+    assert 295.0 < float(put_60s) < 300.0  # one of its 60 seconds still ran at 100/s
+    assert stats.runtime_info()["msgPutTotalTodayNow"] == str(puts.n)
+    assert stats.runtime_info()["putMessageAverageSize"] == "1000.0"
+
+
+def test_get_counters_and_group_tps() -> None:
+    puts = Puts()
+    stats = BrokerStats(puts, boot_ms=0)
+    day = date(2026, 11, 24)
+    for second in range(21):
+        stats.sample(now_ms=second * 1000, today=day)
+        stats.record_pull("T", "g", 32)  # one pull a second finds 32 messages
+        stats.record_pull("T", "g", 0)  # and one finds nothing
+    info = stats.runtime_info()
+    assert info["msgGetTotalTodayNow"] == str(21 * 32)
+    assert info["getTransferedTps"].split(" ")[0] == "32.0"
+    assert info["getFoundTps"].split(" ")[0] == "1.0"
+    assert info["getMissTps"].split(" ")[0] == "1.0"
+    assert info["getTotalTps"].split(" ")[0] == "2.0"
+    # sampled every 10 s (seconds 0, 10, 20): 32 a second
+    assert stats.group_get_tps("T", "g") == 32.0
+    assert stats.group_get_tps("T", "other") == 0.0
+
+
+def test_daily_totals_roll_at_midnight() -> None:
+    puts = Puts()
+    stats = BrokerStats(puts, boot_ms=0)
+    stats.sample(now_ms=0, today=date(2026, 11, 24))
+    puts.n = 40
+    stats.record_pull("T", "g", 7)
+    stats.sample(now_ms=1000, today=date(2026, 11, 25))
+    puts.n = 50
+    stats.sample(now_ms=2000, today=date(2026, 11, 26))
+    info = stats.runtime_info()
+    assert (info["msgPutTotalYesterdayMorning"], info["msgPutTotalTodayMorning"]) == ("40", "50")
+    assert (info["msgGetTotalYesterdayMorning"], info["msgGetTotalTodayMorning"]) == ("7", "7")
+
+
+def test_java_double() -> None:
+    assert java_double(0.0) == "0.0"
+    assert java_double(1234.5) == "1234.5"
+    assert java_double(12345678.0) == "1.2345678E7"
+    assert java_double(-2.5e20) == "-2.5E20"
+    assert java_double(1e7) == "1.0E7"
