@@ -216,3 +216,32 @@ def test_route_known_as_soon_as_auto_creating_send_is_answered(cluster, uniq, br
     topic = uniq("auto")
     assert broker.send_message(topic, b"x").code == ResponseCode.SUCCESS
     assert namesrv.route(topic).code == ResponseCode.SUCCESS
+
+
+def namesrv_config(ns) -> dict[str, str]:
+    resp = ns.invoke(RequestCode.GET_NAMESRV_CONFIG)
+    assert resp.code == ResponseCode.SUCCESS
+    return dict(line.split("=", 1) for line in resp.body.decode().splitlines() if "=" in line)
+
+
+def test_namesrv_config_update_turns_order_topic_conf_on(cluster, uniq, make_topic):
+    """mqadmin updateNamesrvConfig orderMessageEnable=true: routes then carry the ORDER_TOPIC_CONFIG
+    KV entry of their topic (getNamesrvConfig shows the key); kvConfigPath is on the black list."""
+    topic = make_topic(uniq(), queues=2)
+    conf = f"{cluster.broker_name}:2"
+    with cluster.namesrv_client() as ns:
+        assert namesrv_config(ns)["orderMessageEnable"] == "false"
+        kv = {"namespace": "ORDER_TOPIC_CONFIG", "key": topic}
+        assert ns.invoke(RequestCode.PUT_KV_CONFIG, {**kv, "value": conf}).code == ResponseCode.SUCCESS
+        try:
+            assert "orderTopicConf" not in loads(ns.route(topic).body)
+            resp = ns.invoke(RequestCode.UPDATE_NAMESRV_CONFIG, body=b"orderMessageEnable=true\n")
+            assert resp.code == ResponseCode.SUCCESS
+            assert namesrv_config(ns)["orderMessageEnable"] == "true"
+            assert loads(ns.route(topic).body)["orderTopicConf"] == conf
+        finally:
+            ns.invoke(RequestCode.UPDATE_NAMESRV_CONFIG, body=b"orderMessageEnable=false\n")
+            ns.invoke(RequestCode.DELETE_KV_CONFIG, kv)
+        assert "orderTopicConf" not in loads(ns.route(topic).body)
+        resp = ns.invoke(RequestCode.UPDATE_NAMESRV_CONFIG, body=b"kvConfigPath=/tmp/elsewhere.json\n")
+        assert resp.code == ResponseCode.NO_PERMISSION

@@ -7,7 +7,7 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from rmqgate.server.config import parse_properties_text
+from rmqgate.server.config import ConfigUpdateRefused, update_from_body
 from rmqgate.server.jsonbody import dumpb, loads_object
 from rmqgate.server.remoting import Channel, RequestProcessor
 from rmqgate.server.topics import (
@@ -419,24 +419,14 @@ class AdminBrokerProcessor(RequestProcessor):
         return req.response(ResponseCode.SUCCESS, body=dumpb({"table": table}))
 
     def update_broker_config(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
-        """mqadmin updateBrokerConfig: the body's properties set on the running broker, all or none
-        (Java skips a value that does not convert, silently). Keys the store reads as it goes reach it
-        too; others take effect where the broker reads them per request, or at the next start. Keys
-        in configBlackList are refused; a new brokerPermission is registered at once. As in Java,
-        broker.conf is not rewritten."""
-        if req.body is None:
-            return req.response(ResponseCode.SUCCESS)
-        try:
-            props = parse_properties_text(bytes(req.body).decode("utf-8"))
-        except UnicodeDecodeError:
-            return req.response(ResponseCode.SYSTEM_ERROR, "string2Properties error")
+        """mqadmin updateBrokerConfig (``update_from_body``). Keys the store reads as it goes reach it
+        too; others take effect where the broker reads them per request, or at the next start. A
+        new brokerPermission is registered at once. As in Java, broker.conf is not rewritten."""
         config = self.broker.config
-        if {k.strip() for k in config.configBlackList.split(";")} & props.keys():
-            return req.response(ResponseCode.NO_PERMISSION, "Can not update config in black list.")
         try:
-            config.set_all(props)
-        except ValueError as exc:
-            return req.response(ResponseCode.SYSTEM_ERROR, f"updateBrokerConfig: {exc}")
+            props = update_from_body(config, req.body)
+        except ConfigUpdateRefused as exc:
+            return req.response(exc.code, exc.remark)
         log.info("updateBrokerConfig by %s: %s", channel.remote_addr, props)
         live = config.store_config()
         for name in _LIVE_STORE_FIELDS:
@@ -448,8 +438,7 @@ class AdminBrokerProcessor(RequestProcessor):
         return req.response(ResponseCode.SUCCESS)
 
     def get_broker_config(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
-        props = self.broker.config.to_properties()
-        body = "".join(f"{k}={v}\n" for k, v in sorted(props.items())).encode()
+        body = self.broker.config.properties_text().encode()
         version = dumpb(self.broker.topics.data_version).decode()
         return req.response(ResponseCode.SUCCESS, ext_fields={"version": version}, body=body)
 

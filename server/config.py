@@ -1,13 +1,16 @@
-"""Broker configuration: RocketMQ's ``BrokerConfig``/``MessageStoreConfig`` keys with their defaults.
+"""Broker and name server configuration: RocketMQ's ``BrokerConfig``/``MessageStoreConfig`` and
+``NamesrvConfig`` keys with their defaults.
 
 ``load_broker_conf`` reads a Java properties file (broker.conf); unknown keys are kept in
-``extra`` and ignored. ``store_config`` derives the store's ``StoreConfig``.
+``extra`` and ignored. ``store_config`` derives the store's ``StoreConfig``. The UPDATE_*_CONFIG
+requests set keys from the same text form.
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import os
 import re
 import socket
@@ -15,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rmqgate.store.api import DEFAULT_DELAY_LEVELS, StoreConfig
+from rmqgate.wire.codes import ResponseCode
 
 
 def _default_broker_name() -> str:
@@ -24,8 +28,71 @@ def _default_broker_name() -> str:
         return "DEFAULT_BROKER"
 
 
+class PropertiesConfig:
+    """Typed keys set from their text form (a properties file, an UPDATE_*_CONFIG body); unknown
+    keys are kept in ``extra``."""
+
+    extra: dict[str, str]
+
+    def set(self, key: str, value: str) -> None:
+        f = _fields(type(self)).get(key)
+        if f is None:
+            self.extra[key] = value
+            return
+        kind = f.type if isinstance(f.type, type) else str(f.type)
+        value = value.strip()
+        converted: Any
+        if kind in (int, "int"):
+            converted = int(value)
+        elif kind in (bool, "bool"):
+            converted = value.lower() == "true"
+        else:
+            converted = value
+        setattr(self, key, converted)
+
+    def set_all(self, props: dict[str, str]) -> None:
+        """``set`` every key, or none: a value that does not convert raises ValueError naming its key."""
+        trial = copy.deepcopy(self)
+        for key, value in props.items():
+            try:
+                trial.set(key, value)
+            except ValueError as exc:
+                raise ValueError(f"{key}={value!r}: {exc}") from None
+        for key, value in props.items():
+            self.set(key, value)
+
+    def to_properties(self) -> dict[str, str]:
+        out = {}
+        for name in _fields(type(self)):
+            value = getattr(self, name)
+            if value is None:
+                continue
+            out[name] = "true" if value is True else "false" if value is False else str(value)
+        return out
+
+    def properties_text(self) -> str:
+        """What GET_BROKER_CONFIG / GET_NAMESRV_CONFIG answer: ``key=value`` lines."""
+        return "".join(f"{k}={v}\n" for k, v in sorted(self.to_properties().items()))
+
+
+@functools.cache
+def _fields(cls: type) -> dict[str, dataclasses.Field[Any]]:
+    return {f.name: f for f in dataclasses.fields(cls) if f.name != "extra"}
+
+
 @dataclass
-class BrokerConfig:
+class NamesrvConfig(PropertiesConfig):
+    kvConfigPath: str | None = None  # rmqgate: None keeps the KV config in memory only
+    productEnvName: str = "center"
+    clusterTest: bool = False
+    orderMessageEnable: bool = False
+    configBlackList: str = "configBlackList;configStorePath;kvConfigPath"
+    listenPort: int = 9876
+    extra: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class BrokerConfig(PropertiesConfig):
     brokerClusterName: str = "DefaultCluster"
     brokerName: str = field(default_factory=_default_broker_name)
     brokerId: int = 0
@@ -89,34 +156,6 @@ class BrokerConfig:
     def namesrv_addrs(self) -> list[str]:
         return [a.strip() for a in re.split(r"[;,]", self.namesrvAddr or "") if a.strip()]
 
-    def set(self, key: str, value: str) -> None:
-        """Set a key from its text form (broker.conf / command line)."""
-        f = _FIELDS.get(key)
-        if f is None:
-            self.extra[key] = value
-            return
-        kind = f.type if isinstance(f.type, type) else str(f.type)
-        value = value.strip()
-        converted: Any
-        if kind in (int, "int"):
-            converted = int(value)
-        elif kind in (bool, "bool"):
-            converted = value.lower() == "true"
-        else:
-            converted = value
-        setattr(self, key, converted)
-
-    def set_all(self, props: dict[str, str]) -> None:
-        """``set`` every key, or none: a value that does not convert raises ValueError naming its key."""
-        trial = copy.deepcopy(self)
-        for key, value in props.items():
-            try:
-                trial.set(key, value)
-            except ValueError as exc:
-                raise ValueError(f"{key}={value!r}: {exc}") from None
-        for key, value in props.items():
-            self.set(key, value)
-
     def store_config(self) -> StoreConfig:
         return StoreConfig(
             store_path_root_dir=self.storePathRootDir,
@@ -144,20 +183,6 @@ class BrokerConfig:
             store_port=self.listenPort,
         )
 
-    def to_properties(self) -> dict[str, str]:
-        out = {}
-        for f in dataclasses.fields(self):
-            if f.name == "extra":
-                continue
-            value = getattr(self, f.name)
-            if value is None:
-                continue
-            out[f.name] = "true" if value is True else "false" if value is False else str(value)
-        return out
-
-
-_FIELDS = {f.name: f for f in dataclasses.fields(BrokerConfig) if f.name != "extra"}
-
 
 def parse_properties_text(text: str) -> dict[str, str]:
     """Java ``Properties.load`` for the simple files brokers use: ``key=value`` / ``key: value``,
@@ -176,6 +201,33 @@ def parse_properties_text(text: str) -> dict[str, str]:
         else:
             out[line] = ""
     return out
+
+
+class ConfigUpdateRefused(Exception):
+    def __init__(self, code: int, remark: str) -> None:
+        super().__init__(remark)
+        self.code = code
+        self.remark = remark
+
+
+def update_from_body(config: PropertiesConfig, body: bytes | bytearray | memoryview | None) -> dict[str, str]:
+    """UPDATE_BROKER_CONFIG / UPDATE_NAMESRV_CONFIG: the body's properties set on ``config``, all or
+    none (Java skips a value that does not convert, silently); keys in its configBlackList refused.
+    Returns what was set; raises ``ConfigUpdateRefused`` with the response code and remark."""
+    if body is None:
+        return {}
+    try:
+        props = parse_properties_text(bytes(body).decode("utf-8"))
+    except UnicodeDecodeError:
+        raise ConfigUpdateRefused(ResponseCode.SYSTEM_ERROR, "string2Properties error") from None
+    black = {k.strip() for k in str(getattr(config, "configBlackList", "")).split(";")}
+    if black & props.keys():
+        raise ConfigUpdateRefused(ResponseCode.NO_PERMISSION, "Can not update config in black list.")
+    try:
+        config.set_all(props)
+    except ValueError as exc:
+        raise ConfigUpdateRefused(ResponseCode.SYSTEM_ERROR, f"update config: {exc}") from None
+    return props
 
 
 def load_broker_conf(path: str, config: BrokerConfig | None = None) -> BrokerConfig:

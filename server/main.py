@@ -20,7 +20,7 @@ import os
 import signal
 import sys
 
-from rmqgate.server.config import BrokerConfig, load_broker_conf
+from rmqgate.server.config import BrokerConfig, NamesrvConfig, load_broker_conf
 
 log = logging.getLogger("rmqgate.server.main")
 
@@ -85,7 +85,7 @@ async def serve(args: argparse.Namespace, stop: asyncio.Event | None = None) -> 
             kv_path = os.path.join(os.path.expanduser("~"), ".rmqgate", "namesrv", "kvConfig.json")
             if args.store:
                 kv_path = os.path.join(config.storePathRootDir, "namesrv", "kvConfig.json")
-            namesrv = NamesrvController(kv_config_path=kv_path)
+            namesrv = NamesrvController(NamesrvConfig(kvConfigPath=kv_path, listenPort=port))
             namesrv_server = RemotingServer(
                 args.listen, port, namesrv.processors(), idle_timeout=args.idle_timeout, name="namesrv"
             )

@@ -19,6 +19,7 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from rmqgate.server.config import ConfigUpdateRefused, NamesrvConfig, update_from_body
 from rmqgate.server.jsonbody import dumpb, dumps, loads, loads_object
 from rmqgate.server.remoting import Channel, RequestProcessor, cancel_and_wait
 from rmqgate.wire import headers as H
@@ -431,6 +432,8 @@ class NamesrvProcessor(RequestProcessor):
         R.GET_UNIT_TOPIC_LIST,
         R.GET_HAS_UNIT_SUB_TOPIC_LIST,
         R.GET_HAS_UNIT_SUB_UNUNIT_TOPIC_LIST,
+        R.UPDATE_NAMESRV_CONFIG,
+        R.GET_NAMESRV_CONFIG,
     )
 
     def __init__(self, controller: NamesrvController) -> None:
@@ -460,10 +463,24 @@ class NamesrvProcessor(RequestProcessor):
             R.GET_HAS_UNIT_SUB_UNUNIT_TOPIC_LIST: lambda ch, req: self._topic_list(
                 req, self.routes.topics_with_sys_flag(TOPIC_SYS_FLAG_UNIT_SUB, TOPIC_SYS_FLAG_UNIT)
             ),
+            R.UPDATE_NAMESRV_CONFIG: self.update_config,
+            R.GET_NAMESRV_CONFIG: self.get_config,
         }
 
     def process(self, channel: Channel, request: RemotingCommand) -> RemotingCommand | None:
         return self._handlers[request.code](channel, request)
+
+    # -- config (mqadmin getNamesrvConfig / updateNamesrvConfig) --
+    def update_config(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
+        try:
+            props = update_from_body(self.controller.config, req.body)
+        except ConfigUpdateRefused as exc:
+            return req.response(exc.code, exc.remark)
+        log.info("updateNamesrvConfig by %s: %s", channel.remote_addr, props)
+        return req.response(ResponseCode.SUCCESS)
+
+    def get_config(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
+        return req.response(ResponseCode.SUCCESS, body=self.controller.config.properties_text().encode())
 
     # -- kv --
     def put_kv_config(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
@@ -624,18 +641,25 @@ class NamesrvController:
 
     def __init__(
         self,
+        config: NamesrvConfig | None = None,
         *,
         kv_config_path: str | None = None,
         order_message_enable: bool = False,
         broker_expire_after: float = BROKER_CHANNEL_EXPIRED_TIME,
         scan_interval: float = 10.0,
     ) -> None:
+        if config is None:
+            config = NamesrvConfig(kvConfigPath=kv_config_path, orderMessageEnable=order_message_enable)
+        self.config = config
         self.routes = RouteInfoManager(broker_expire_after)
-        self.kv = KVConfigManager(kv_config_path)
-        self.order_message_enable = order_message_enable
+        self.kv = KVConfigManager(config.kvConfigPath)
         self.scan_interval = scan_interval
         self.processor = NamesrvProcessor(self)
         self._scanner: asyncio.Task[None] | None = None
+
+    @property
+    def order_message_enable(self) -> bool:
+        return self.config.orderMessageEnable
 
     def processors(self) -> list[RequestProcessor]:
         return [self.processor]

@@ -1,10 +1,20 @@
-"""broker.conf parsing and BrokerConfig -> StoreConfig."""
+"""broker.conf parsing, BrokerConfig -> StoreConfig, and the UPDATE_*_CONFIG bodies."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from rmqgate.server.config import BrokerConfig, load_broker_conf, parse_properties_text
+import pytest
+
+from rmqgate.server.config import (
+    BrokerConfig,
+    ConfigUpdateRefused,
+    NamesrvConfig,
+    load_broker_conf,
+    parse_properties_text,
+    update_from_body,
+)
+from rmqgate.wire.codes import ResponseCode
 
 
 def test_properties_syntax() -> None:
@@ -41,3 +51,35 @@ def test_broker_conf_keys_and_defaults(tmp_path: Path) -> None:
         "DefaultCluster", 10911, 8, True,
     )  # fmt: skip
     assert d.regionId == "DefaultRegion" and d.channelExpiredTimeout == 120_000
+
+
+def test_update_from_body_sets_all_or_nothing() -> None:
+    c = BrokerConfig()
+    assert update_from_body(c, b"defaultTopicQueueNums=3\nautoCreateTopicEnable=false\nnewKey=v\n") == {
+        "defaultTopicQueueNums": "3",
+        "autoCreateTopicEnable": "false",
+        "newKey": "v",
+    }
+    assert (c.defaultTopicQueueNums, c.autoCreateTopicEnable, c.extra["newKey"]) == (3, False, "v")
+    with pytest.raises(ConfigUpdateRefused) as refused:
+        update_from_body(c, b"defaultTopicQueueNums=5\nlistenPort=many\nother=x\n")
+    assert refused.value.code == ResponseCode.SYSTEM_ERROR and "listenPort" in refused.value.remark
+    assert c.defaultTopicQueueNums == 3 and "other" not in c.extra
+    with pytest.raises(ConfigUpdateRefused) as refused:
+        update_from_body(c, b"brokerConfigPath=/x\n")
+    assert refused.value.code == ResponseCode.NO_PERMISSION
+    with pytest.raises(ConfigUpdateRefused) as refused:
+        update_from_body(c, b"\xff\xfe")
+    assert refused.value.remark == "string2Properties error"
+    assert update_from_body(c, None) == {}
+
+
+def test_namesrv_config_text_and_black_list() -> None:
+    c = NamesrvConfig(kvConfigPath="/kv.json", listenPort=9877)
+    lines = c.properties_text().splitlines()
+    assert "orderMessageEnable=false" in lines and "listenPort=9877" in lines and lines == sorted(lines)
+    update_from_body(c, b"orderMessageEnable=true")
+    assert c.orderMessageEnable is True
+    for key in ("kvConfigPath", "configStorePath", "configBlackList"):
+        with pytest.raises(ConfigUpdateRefused):
+            update_from_body(c, f"{key}=x".encode())
