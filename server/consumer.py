@@ -205,6 +205,7 @@ class ConsumerManager:
 class ProducerManager:
     def __init__(self) -> None:
         self.groups: dict[str, dict[Channel, ClientChannelInfo]] = {}
+        self._turn = 0
 
     def register(self, group: str, info: ClientChannelInfo) -> None:
         channels = self.groups.setdefault(group, {})
@@ -236,11 +237,17 @@ class ProducerManager:
                     channels.pop(channel, None)
 
     def any_channel(self, group: str) -> Channel | None:
-        """A live channel of the group (CHECK_TRANSACTION_STATE goes there)."""
-        for channel in self.groups.get(group, {}):
-            if not channel.closed:
-                return channel
-        return None
+        """A channel of the group for CHECK_TRANSACTION_STATE, taken in turn (``getAvailableChannel``):
+        the next writable one, else the next open one, else None."""
+        channels = list(self.groups.get(group, {}))
+        if not channels:
+            return None
+        self._turn += 1
+        start = self._turn % len(channels)
+        ordered = channels[start:] + channels[:start]
+        return next((c for c in ordered if c.writable), None) or next(
+            (c for c in ordered if not c.closed), None
+        )
 
 
 class RebalanceLockManager:

@@ -397,6 +397,11 @@ class Channel(asyncio.Protocol):
 
     # --- public API ------------------------------------------------------------------------------
     @property
+    def writable(self) -> bool:
+        """Open and below the write-buffer high-water mark (Netty's ``isActive() && isWritable()``)."""
+        return not self.closed and not self._paused & self._PAUSE_WRITE
+
+    @property
     def inflight(self) -> int:
         return len(self._tasks)
 

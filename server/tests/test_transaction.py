@@ -444,3 +444,29 @@ async def test_unreadable_check_times_and_immunity_do_not_stop_the_check(tmp_pat
         await c.aclose()
     finally:
         await broker.stop()
+
+
+class _Conn:
+    """What ProducerManager asks of a producer's connection."""
+
+    def __init__(self, closed: bool = False, writable: bool = True) -> None:
+        self.closed = closed
+        self.writable = writable and not closed
+
+
+def test_check_requests_go_to_the_group_producers_in_turn() -> None:
+    """getAvailableChannel: each CHECK_TRANSACTION_STATE to the next producer, skipping closed ones
+    and, while another is writable, those over their write-buffer mark."""
+    from rmqgate.server.consumer import ClientChannelInfo, ProducerManager
+
+    producers = ProducerManager()
+    a, b, full, gone = _Conn(), _Conn(), _Conn(writable=False), _Conn(closed=True)
+    for i, conn in enumerate((a, b, full, gone)):
+        producers.register("pg", ClientChannelInfo(conn, f"client-{i}", 0, 409))  # type: ignore[arg-type]
+    picks = [producers.any_channel("pg") for _ in range(8)]
+    assert set(picks) == {a, b} and picks.count(a) >= 2 and picks.count(b) >= 2
+    a.closed, b.closed, a.writable, b.writable = True, True, False, False
+    assert producers.any_channel("pg") is full  # open, if over its mark, beats nothing
+    full.closed = True
+    assert producers.any_channel("pg") is None
+    assert producers.any_channel("nobody") is None
