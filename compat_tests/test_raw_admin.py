@@ -236,6 +236,25 @@ def test_broker_runtime_totals_count_puts_and_pulled_messages(cluster, uniq, mak
     assert len(table["putTps"].split(" ")) == 3  # 10 s, 60 s and 600 s figures
 
 
+def test_view_broker_stats_data(cluster, uniq, make_topic, broker):
+    """mqadmin statsAll / the dashboard's topic charts: TOPIC_PUT_NUMS of a topic written to, over the
+    last minute, hour and day (rmqgate snapshots every 10 s, so the item shows up within that)."""
+    topic = make_topic(uniq(), queues=1)
+    for i in range(3):
+        assert broker.send_message(topic, b"%d" % i).code == ResponseCode.SUCCESS
+
+    def view(name: str, key: str):
+        return broker.invoke(RequestCode.VIEW_BROKER_STATS_DATA, {"statsName": name, "statsKey": key})
+
+    assert wait_until(lambda: view("TOPIC_PUT_NUMS", topic).code == ResponseCode.SUCCESS, timeout=25)
+    data = loads(view("TOPIC_PUT_NUMS", topic).body)
+    assert set(data) == {"statsMinute", "statsHour", "statsDay"}
+    assert all(set(data[k]) == {"sum", "tps", "avgpt"} for k in data)
+    resp = view("TOPIC_PUT_NUMS", uniq("never"))
+    assert resp.code == ResponseCode.SYSTEM_ERROR
+    assert "not exist" in resp.remark
+
+
 def test_topic_stats_and_consume_stats(cluster, uniq, make_topic, broker):
     topic = make_topic(uniq(), queues=2)
     group = uniq("g")

@@ -36,6 +36,7 @@ from rmqgate.wire.headers import (
     GetProducerConnectionListRequestHeader,
     GetTopicStatsInfoRequestHeader,
     ResetOffsetRequestHeader,
+    ViewBrokerStatsDataRequestHeader,
 )
 from rmqgate.wire.message import decode_offset_msg_id
 
@@ -84,6 +85,7 @@ class AdminBrokerProcessor(RequestProcessor):
         R.CONSUME_MESSAGE_DIRECTLY,
         R.INVOKE_BROKER_TO_RESET_OFFSET,
         R.UPDATE_BROKER_CONFIG,
+        R.VIEW_BROKER_STATS_DATA,
     )
 
     def __init__(self, broker: BrokerController) -> None:
@@ -111,6 +113,7 @@ class AdminBrokerProcessor(RequestProcessor):
             R.CONSUME_MESSAGE_DIRECTLY: self.call_consumer,
             R.INVOKE_BROKER_TO_RESET_OFFSET: self.reset_offset,
             R.UPDATE_BROKER_CONFIG: self.update_broker_config,
+            R.VIEW_BROKER_STATS_DATA: self.view_broker_stats_data,
         }
 
     def process(self, channel: Channel, request: RemotingCommand) -> Any:
@@ -436,6 +439,17 @@ class AdminBrokerProcessor(RequestProcessor):
             self.broker.topics.next_version()
             self.broker.request_register()
         return req.response(ResponseCode.SUCCESS)
+
+    def view_broker_stats_data(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
+        """mqadmin statsAll and the dashboard's charts: a stats item over the last minute, hour and day
+        (TOPIC_PUT_NUMS by topic, GROUP_GET_NUMS by topic@group, BROKER_PUT/GET_NUMS by cluster)."""
+        h = ViewBrokerStatsDataRequestHeader.from_ext(req.ext_fields or {})
+        data = self.broker.stats.stats_data(h.stats_name, h.stats_key)
+        if data is None:
+            return req.response(
+                ResponseCode.SYSTEM_ERROR, f"The stats <{h.stats_name}> <{h.stats_key}> not exist"
+            )
+        return req.response(ResponseCode.SUCCESS, body=dumpb(data))
 
     def get_broker_config(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
         body = self.broker.config.properties_text().encode()

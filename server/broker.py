@@ -59,7 +59,7 @@ class BrokerController:
         self.locks = locks.RebalanceLockManager(locks.lock_max_live_time(config))
         self.transactions = transaction.TransactionalMessageService(self)
         self.schedule = schedule.ScheduleMessageService(self)
-        self.stats = BrokerStats(self.store.put_totals)
+        self.stats = BrokerStats(self.store, config.brokerClusterName)
         self.topics.on_change = self.request_register
         self.send_processor = SendMessageProcessor(self)
         self.pull_processor = PullMessageProcessor(self)

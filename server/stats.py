@@ -1,21 +1,61 @@
 """Broker statistics mqadmin and the dashboards read: StoreStatsService's TPS over 10 s / 60 s /
-600 s, BrokerStats' daily put and get totals, BrokerStatsManager's per-group get TPS (consumeTps).
+600 s, BrokerStats' daily put and get totals, and BrokerStatsManager's stats items (puts per topic,
+gets per topic@group, per broker) over the last minute, hour and day, which consumeTps and
+VIEW_BROKER_STATS_DATA report.
 
-Puts are read off the store (``put_totals``); the pull processor bumps the get counters once per
-request. ``sample`` runs once a second."""
+Puts are read off the store (``put_totals``, ``topic_put_totals``: nothing is counted on the put
+path); the pull processor bumps the get counters once per request. ``sample`` runs once a second."""
 
 from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Callable
 from datetime import date
 from decimal import Decimal
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 SAMPLES = 600  # one a second: ten minutes, the longest TPS window
-GROUP_SAMPLE_EVERY = 10  # seconds; a group's TPS is over the last minute (StatsItem's minute list)
-GROUP_SAMPLES = 7
+TOPIC_PUT_NUMS = "TOPIC_PUT_NUMS"
+GROUP_GET_NUMS = "GROUP_GET_NUMS"
+BROKER_PUT_NUMS = "BROKER_PUT_NUMS"
+BROKER_GET_NUMS = "BROKER_GET_NUMS"
+# StatsItem's snapshot lists: (seconds between snapshots, how many are kept)
+_MINUTE, _HOUR, _DAY = (10, 7), (600, 7), (3600, 25)
+
+
+class PutSource(Protocol):
+    def put_totals(self) -> tuple[int, int]: ...
+    def topic_put_totals(self) -> dict[str, int]: ...
+
+
+class StatsItem:
+    """(ms, value, times) snapshots every 10 s / 10 min / 1 h, as StatsItem's csList* keep them."""
+
+    __slots__ = ("day", "hour", "minute")
+
+    def __init__(self, first: tuple[int, int, int]) -> None:
+        self.minute = deque([first], maxlen=_MINUTE[1])
+        self.hour = deque([first], maxlen=_HOUR[1])
+        self.day = deque([first], maxlen=_DAY[1])
+
+    @staticmethod
+    def summary(snapshots: deque[tuple[int, int, int]]) -> dict[str, float | int]:
+        """StatsItem.computeStatsData: sum, TPS and value per call between the oldest and the newest."""
+        (t0, v0, n0), (t1, v1, n1) = snapshots[0], snapshots[-1]
+        total = v1 - v0
+        return {
+            "avgpt": total / (n1 - n0) if n1 > n0 else 0.0,
+            "sum": total,
+            "tps": total * 1000.0 / (t1 - t0) if t1 > t0 else 0.0,
+        }
+
+    def data(self) -> dict[str, dict[str, float | int]]:
+        """A BrokerStatsData body."""
+        return {
+            "statsDay": self.summary(self.day),
+            "statsHour": self.summary(self.hour),
+            "statsMinute": self.summary(self.minute),
+        }
 
 
 class Snapshot(NamedTuple):
@@ -43,16 +83,18 @@ def java_double(value: float) -> str:
 
 
 class BrokerStats:
-    def __init__(self, put_totals: Callable[[], tuple[int, int]], boot_ms: int | None = None) -> None:
-        self.put_totals = put_totals
+    def __init__(self, store: PutSource, cluster: str, boot_ms: int | None = None) -> None:
+        self.store = store
+        self.cluster = cluster
         self.boot_ms = int(time.time() * 1000) if boot_ms is None else boot_ms
         self.get_found = 0  # GET requests that found messages
         self.get_miss = 0
         self.get_transferred = 0  # messages answered to pulls
-        self.group_get: dict[tuple[str, str], int] = {}  # (topic, group) -> messages pulled
+        self.group_get: dict[tuple[str, str], list[int]] = {}  # (topic, group) -> [messages, pulls]
+        self.items: dict[tuple[str, str], StatsItem] = {}  # (statsName, statsKey) -> snapshots
         self._samples: deque[Snapshot] = deque(maxlen=SAMPLES + 1)
-        self._group_samples: dict[tuple[str, str], deque[tuple[int, int]]] = {}
         self._ticks = 0
+        self._last_item_ms = self.boot_ms
         self._day = date.today()
         self.put_today_morning = self.put_yesterday_morning = 0
         self.get_today_morning = self.get_yesterday_morning = 0
@@ -62,27 +104,59 @@ class BrokerStats:
         if found:
             self.get_found += 1
             self.get_transferred += found
-            key = (topic, group)
-            self.group_get[key] = self.group_get.get(key, 0) + found
+            counts = self.group_get.get((topic, group))
+            if counts is None:
+                counts = self.group_get[(topic, group)] = [0, 0]
+            counts[0] += found
+            counts[1] += 1
         else:
             self.get_miss += 1
 
     def sample(self, now_ms: int | None = None, today: date | None = None) -> None:
         now_ms = int(time.time() * 1000) if now_ms is None else now_ms
-        put = self.put_totals()[0]
+        put = self.store.put_totals()[0]
         self._samples.append(Snapshot(now_ms, put, self.get_found, self.get_miss, self.get_transferred))
         today = date.today() if today is None else today
         if today != self._day:  # BrokerStats.record at midnight
             self._day = today
             self.put_yesterday_morning, self.put_today_morning = self.put_today_morning, put
             self.get_yesterday_morning, self.get_today_morning = self.get_today_morning, self.get_transferred
-        if self._ticks % GROUP_SAMPLE_EVERY == 0:
-            for key, total in self.group_get.items():
-                samples = self._group_samples.get(key)
-                if samples is None:
-                    samples = self._group_samples[key] = deque(maxlen=GROUP_SAMPLES)
-                samples.append((now_ms, total))
+        if self._ticks % _MINUTE[0] == 0:
+            self._sample_items(now_ms, put)
         self._ticks += 1
+
+    def _sample_items(self, now_ms: int, put: int) -> None:
+        values: dict[tuple[str, str], tuple[int, int]] = {
+            (TOPIC_PUT_NUMS, topic): (n, n) for topic, n in self.store.topic_put_totals().items()
+        }
+        for (topic, group), (n, pulls) in self.group_get.items():
+            values[(GROUP_GET_NUMS, f"{topic}@{group}")] = (n, pulls)
+        if put:
+            values[(BROKER_PUT_NUMS, self.cluster)] = (put, put)
+        if self.get_transferred:
+            values[(BROKER_GET_NUMS, self.cluster)] = (self.get_transferred, self.get_found)
+        items = self.items
+        for key in [k for k in items if k not in values]:  # a deleted topic
+            del items[key]
+        elapsed = self._ticks  # seconds since the first sample
+        for key, (value, times) in values.items():
+            snap = (now_ms, value, times)
+            item = items.get(key)
+            if item is None:  # nothing at the previous snapshot: it all came since
+                item = items[key] = StatsItem((self._last_item_ms, 0, 0))
+                item.hour.append(snap)
+                item.day.append(snap)
+            else:
+                if elapsed % _HOUR[0] == 0:
+                    item.hour.append(snap)
+                if elapsed % _DAY[0] == 0:
+                    item.day.append(snap)
+            item.minute.append(snap)
+        self._last_item_ms = now_ms
+
+    def stats_data(self, name: str, key: str) -> dict[str, dict[str, float | int]] | None:
+        item = self.items.get((name, key))
+        return None if item is None else item.data()
 
     def _window(self, field: int, seconds: int) -> float | None:
         s = self._samples
@@ -104,14 +178,12 @@ class BrokerStats:
         return " ".join(out)
 
     def group_get_tps(self, topic: str, group: str) -> float:
-        samples = self._group_samples.get((topic, group))
-        if not samples or len(samples) < 2:
-            return 0.0
-        (begin_ms, begin), (end_ms, end) = samples[0], samples[-1]
-        return tps(begin_ms, begin, end_ms, end)
+        """BrokerStatsManager.tpsGroupGetNums: messages a second over the last minute."""
+        item = self.items.get((GROUP_GET_NUMS, f"{topic}@{group}"))
+        return 0.0 if item is None else float(StatsItem.summary(item.minute)["tps"])
 
     def runtime_info(self) -> dict[str, str]:
-        put, size = self.put_totals()
+        put, size = self.store.put_totals()
         times = put or 1  # (as Java: the average is over at least one)
         return {
             "msgPutTotalTodayNow": str(put),

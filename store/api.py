@@ -257,6 +257,7 @@ class MessageStore(Protocol):
     ) -> None: ...  # with ``watched``: only for puts to the (topic, queueId) keys it holds right now
     def delete_topics(self, topics: Collection[str]) -> int: ...  # drops ConsumeQueues + offsets
     def put_totals(self) -> tuple[int, int]: ...  # (messages, bytes) appended since open
+    def topic_put_totals(self) -> dict[str, int]: ...  # messages appended per topic since open
     def runtime_info(self) -> dict[str, str]: ...
 
 

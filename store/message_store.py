@@ -488,6 +488,7 @@ class DefaultMessageStore:
         self._physical_memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
         self.recovered_from = 0  # where the last recovery re-dispatched from (observable for tests)
         self._put_times_base = self._put_size_base = 0  # put_totals() counts from these
+        self._queue_base: dict[tuple[str, int], int] = {}  # and topic_put_totals() from this
         # the index: built inline (self.index), or by a dispatcher process read through self._index_reader
         self._index_inline = config.message_index_enable
         self._index_process: IndexDispatchProcess | None = None
@@ -543,6 +544,7 @@ class DefaultMessageStore:
             raise
         store.abort_file.write_text(_BOOT_ID, "ascii")
         _fsync_dir(store.root)
+        store._queue_base = dict(store.topic_queue_table)
         store._put_times_base = sum(store.topic_queue_table.values())
         store._put_size_base = store.commitlog.get_max_offset()
         store._shutdown = False
@@ -1390,6 +1392,7 @@ class DefaultMessageStore:
             for key in [k for k in self.consume_queues if k[0] in topics]:
                 self.consume_queues.pop(key).destroy()
                 self._put_times_base -= self.topic_queue_table.pop(key, 0)
+                self._queue_base.pop(key, None)
                 n += 1
             for t in topics:
                 shutil.rmtree(self.root / "consumequeue" / t, ignore_errors=True)
@@ -1465,6 +1468,18 @@ class DefaultMessageStore:
             n = sum(self.topic_queue_table.values()) - self._put_times_base
             size = self.commitlog.get_max_offset() - self._put_size_base
         return n, size
+
+    def topic_put_totals(self) -> dict[str, int]:
+        """Messages appended per topic since the store opened (topics with none are left out)."""
+        with self._put_lock:
+            offsets = list(self.topic_queue_table.items())
+        base = self._queue_base
+        out: dict[str, int] = {}
+        for key, offset in offsets:
+            n = offset - base.get(key, 0)
+            if n:
+                out[key[0]] = out.get(key[0], 0) + n
+        return out
 
     def runtime_info(self) -> dict[str, str]:
         cl = self.commitlog

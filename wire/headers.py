@@ -264,6 +264,12 @@ class GetConsumeStatsRequestHeader(CommandHeader):
 
 
 @command_header
+class ViewBrokerStatsDataRequestHeader(CommandHeader):
+    stats_name: str
+    stats_key: str
+
+
+@command_header
 class GetConsumerConnectionListRequestHeader(CommandHeader):
     consumer_group: str
 
@@ -448,6 +454,7 @@ REQUEST_HEADERS: dict[int, type[CommandHeader] | None] = {
     _R.DELETE_TOPIC_IN_BROKER: DeleteTopicRequestHeader,
     _R.GET_TOPIC_STATS_INFO: GetTopicStatsInfoRequestHeader,
     _R.GET_CONSUME_STATS: GetConsumeStatsRequestHeader,
+    _R.VIEW_BROKER_STATS_DATA: ViewBrokerStatsDataRequestHeader,
     _R.GET_CONSUMER_CONNECTION_LIST: GetConsumerConnectionListRequestHeader,
     _R.GET_PRODUCER_CONNECTION_LIST: GetProducerConnectionListRequestHeader,
     _R.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: None,

@@ -8,13 +8,16 @@ from rmqgate.server.stats import BrokerStats, java_double
 
 
 class Puts:
-    """The store's put_totals as a settable value (the stats read it at each sample)."""
+    """What the stats read off the store, settable: ``n`` messages of 1000 bytes, all to topic T."""
 
     def __init__(self) -> None:
         self.n = 0
 
-    def __call__(self) -> tuple[int, int]:
+    def put_totals(self) -> tuple[int, int]:
         return self.n, self.n * 1000
+
+    def topic_put_totals(self) -> dict[str, int]:
+        return {"T": self.n} if self.n else {}
 
 
 def run(stats: BrokerStats, puts: Puts, seconds: int, per_second: int, start: int = 0) -> int:
@@ -27,7 +30,7 @@ def run(stats: BrokerStats, puts: Puts, seconds: int, per_second: int, start: in
 
 def test_tps_windows_fill_as_samples_arrive() -> None:
     puts = Puts()
-    stats = BrokerStats(puts, boot_ms=0)
+    stats = BrokerStats(puts, "C", boot_ms=0)
     run(stats, puts, 5, 100)
     info = stats.runtime_info()
     assert info["putTps"] == "  "  # no window covered yet: StoreStatsService leaves each empty
@@ -44,7 +47,7 @@ def test_tps_windows_fill_as_samples_arrive() -> None:
 
 def test_get_counters_and_group_tps() -> None:
     puts = Puts()
-    stats = BrokerStats(puts, boot_ms=0)
+    stats = BrokerStats(puts, "C", boot_ms=0)
     day = date(2026, 11, 24)
     for second in range(21):
         stats.sample(now_ms=second * 1000, today=day)
@@ -61,9 +64,34 @@ def test_get_counters_and_group_tps() -> None:
     assert stats.group_get_tps("T", "other") == 0.0
 
 
+def test_stats_items_over_minute_hour_and_day() -> None:
+    """VIEW_BROKER_STATS_DATA's items: snapshots every 10 s (minute: the last 7), 10 min, 1 h."""
+    puts = Puts()
+    stats = BrokerStats(puts, "C", boot_ms=0)
+    assert stats.stats_data("TOPIC_PUT_NUMS", "T") is None  # nothing put since the start yet
+    t = run(stats, puts, 1, 0)
+    t = run(stats, puts, 20 * 60, 5, start=t)  # 20 minutes at 5 messages a second
+    stats.record_pull("T", "g", 4)
+    run(stats, puts, 10, 5, start=t)
+    data = stats.stats_data("TOPIC_PUT_NUMS", "T")
+    assert data is not None and set(data) == {"statsDay", "statsHour", "statsMinute"}
+    assert data["statsMinute"] == {"avgpt": 1.0, "sum": 300, "tps": 5.0}
+    # (since the topic's first snapshot: its first 10 s held only 9 seconds of puts)
+    assert (
+        4.9 < data["statsHour"]["tps"] <= 5.0 and 5900 < data["statsHour"]["sum"] < puts.n
+    )  # (to minute 20)
+    assert stats.stats_data("BROKER_PUT_NUMS", "C")["statsMinute"]["tps"] == 5.0  # type: ignore[index]
+    got = stats.stats_data("GROUP_GET_NUMS", "T@g")
+    assert got is not None and got["statsMinute"]["sum"] == 4 and got["statsMinute"]["avgpt"] == 4.0
+    assert stats.stats_data("GROUP_GET_NUMS", "T@nobody") is None
+    puts.n = 0  # the topic was deleted: its item goes at the next snapshot
+    run(stats, puts, 10, 0, start=t + 10)
+    assert stats.stats_data("TOPIC_PUT_NUMS", "T") is None
+
+
 def test_daily_totals_roll_at_midnight() -> None:
     puts = Puts()
-    stats = BrokerStats(puts, boot_ms=0)
+    stats = BrokerStats(puts, "C", boot_ms=0)
     stats.sample(now_ms=0, today=date(2026, 11, 24))
     puts.n = 40
     stats.record_pull("T", "g", 7)

@@ -630,8 +630,10 @@ def test_put_totals_count_appends_since_open(tmp_path: Path) -> None:
         sizes = [s.put_message(msg(qid=i % 2)).wrote_bytes for i in range(5)]
         sizes.append(s.put_message(msg("Other")).wrote_bytes)
         assert s.put_totals() == (6, sum(sizes))
+        assert s.topic_put_totals() == {"T": 5, "Other": 1}
         assert s.delete_topics({"Other"}) == 1
         assert s.put_totals() == (6, sum(sizes))
+        assert s.topic_put_totals() == {"T": 5}
         s.put_message(msg())
         assert s.put_totals()[0] == 7
     finally:
@@ -639,7 +641,9 @@ def test_put_totals_count_appends_since_open(tmp_path: Path) -> None:
     s = DefaultMessageStore.open(cfg(tmp_path))
     try:
         assert s.put_totals() == (0, 0)  # what was there before this open is not counted
+        assert s.topic_put_totals() == {}
         size = s.put_message(msg(qid=1)).wrote_bytes
         assert s.put_totals() == (1, size)
+        assert s.topic_put_totals() == {"T": 1}
     finally:
         s.shutdown()
