@@ -432,7 +432,7 @@ class AdminBrokerProcessor(RequestProcessor):
             return req.response(exc.code, exc.remark)
         log.info("updateBrokerConfig by %s: %s", channel.remote_addr, props)
         live = config.store_config()
-        for name in _LIVE_STORE_FIELDS:
+        for name in live.LIVE_FIELDS:
             setattr(self.store.config, name, getattr(live, name))
         self.broker.send_processor.max_message_size = config.maxMessageSize
         if "brokerPermission" in props:
@@ -455,18 +455,6 @@ class AdminBrokerProcessor(RequestProcessor):
         body = self.broker.config.properties_text().encode()
         version = dumpb(self.broker.topics.data_version).decode()
         return req.response(ResponseCode.SUCCESS, ext_fields={"version": version}, body=body)
-
-
-# StoreConfig fields the store reads at each use, so an UPDATE_BROKER_CONFIG of them applies at once
-_LIVE_STORE_FIELDS = (
-    "max_message_size",
-    "file_reserved_time",
-    "delete_when",
-    "disk_max_used_space_ratio",
-    "access_message_in_memory_max_ratio",
-    "max_transfer_count_on_message_in_memory",
-    "max_transfer_bytes_on_message_in_memory",
-)
 
 
 def _refused_topic(req: RemotingCommand, topic: str) -> RemotingCommand | None:

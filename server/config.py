@@ -8,7 +8,6 @@ requests set keys from the same text form.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import functools
 import os
@@ -33,33 +32,38 @@ class PropertiesConfig:
     keys are kept in ``extra``."""
 
     extra: dict[str, str]
+    configBlackList: str  # keys UPDATE_*_CONFIG refuses, ";"-separated
+
+    def _converted(self, key: str, value: str) -> Any:
+        """``value`` as field ``key`` holds it (raises ValueError); unknown keys stay text."""
+        f = _fields(type(self)).get(key)
+        kind = str if f is None else f.type if isinstance(f.type, type) else str(f.type)
+        value = value.strip() if f is not None else value
+        if kind in (int, "int"):
+            return int(value)
+        if kind in (bool, "bool"):
+            return value.lower() == "true"
+        return value
+
+    def _assign(self, key: str, value: Any) -> None:
+        if key in _fields(type(self)):
+            setattr(self, key, value)
+        else:
+            self.extra[key] = value
 
     def set(self, key: str, value: str) -> None:
-        f = _fields(type(self)).get(key)
-        if f is None:
-            self.extra[key] = value
-            return
-        kind = f.type if isinstance(f.type, type) else str(f.type)
-        value = value.strip()
-        converted: Any
-        if kind in (int, "int"):
-            converted = int(value)
-        elif kind in (bool, "bool"):
-            converted = value.lower() == "true"
-        else:
-            converted = value
-        setattr(self, key, converted)
+        self._assign(key, self._converted(key, value))
 
     def set_all(self, props: dict[str, str]) -> None:
         """``set`` every key, or none: a value that does not convert raises ValueError naming its key."""
-        trial = copy.deepcopy(self)
+        converted = {}
         for key, value in props.items():
             try:
-                trial.set(key, value)
+                converted[key] = self._converted(key, value)
             except ValueError as exc:
                 raise ValueError(f"{key}={value!r}: {exc}") from None
-        for key, value in props.items():
-            self.set(key, value)
+        for key, value in converted.items():
+            self._assign(key, value)
 
     def to_properties(self) -> dict[str, str]:
         out = {}
@@ -220,7 +224,7 @@ def update_from_body(config: PropertiesConfig, body: bytes | bytearray | memoryv
         props = parse_properties_text(bytes(body).decode("utf-8"))
     except UnicodeDecodeError:
         raise ConfigUpdateRefused(ResponseCode.SYSTEM_ERROR, "string2Properties error") from None
-    black = {k.strip() for k in str(getattr(config, "configBlackList", "")).split(";")}
+    black = {k.strip() for k in config.configBlackList.split(";")}
     if black & props.keys():
         raise ConfigUpdateRefused(ResponseCode.NO_PERMISSION, "Can not update config in black list.")
     try:

@@ -572,7 +572,7 @@ class NamesrvProcessor(RequestProcessor):
                 ResponseCode.TOPIC_NOT_EXIST,
                 f"No topic route info in name server for the topic: {topic}{FAQ_APPLY_TOPIC}",
             )
-        if self.controller.order_message_enable:
+        if self.controller.config.orderMessageEnable:
             conf = self.kv.get(NAMESPACE_ORDER_TOPIC_CONFIG, topic)
             if conf is not None:
                 route = {**route, "orderTopicConf": conf}
@@ -643,23 +643,15 @@ class NamesrvController:
         self,
         config: NamesrvConfig | None = None,
         *,
-        kv_config_path: str | None = None,
-        order_message_enable: bool = False,
         broker_expire_after: float = BROKER_CHANNEL_EXPIRED_TIME,
         scan_interval: float = 10.0,
     ) -> None:
-        if config is None:
-            config = NamesrvConfig(kvConfigPath=kv_config_path, orderMessageEnable=order_message_enable)
-        self.config = config
+        self.config = config = config if config is not None else NamesrvConfig()
         self.routes = RouteInfoManager(broker_expire_after)
         self.kv = KVConfigManager(config.kvConfigPath)
         self.scan_interval = scan_interval
         self.processor = NamesrvProcessor(self)
         self._scanner: asyncio.Task[None] | None = None
-
-    @property
-    def order_message_enable(self) -> bool:
-        return self.config.orderMessageEnable
 
     def processors(self) -> list[RequestProcessor]:
         return [self.processor]

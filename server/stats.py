@@ -158,14 +158,14 @@ class BrokerStats:
         item = self.items.get((name, key))
         return None if item is None else item.data()
 
-    def _window(self, field: int, seconds: int) -> float | None:
+    def _window(self, field: str, seconds: int) -> float | None:
         s = self._samples
         if len(s) <= seconds:
             return None
         begin, end = s[-(seconds + 1)], s[-1]
-        return tps(begin.ms, begin[field], end.ms, end[field])
+        return tps(begin.ms, getattr(begin, field), end.ms, getattr(end, field))
 
-    def _windows(self, *fields: int) -> str:
+    def _windows(self, *fields: str) -> str:
         """Three TPS figures (10 s, 60 s, 600 s) as StoreStatsService joins them; a window the samples
         do not cover yet is empty."""
         out = []
@@ -195,9 +195,9 @@ class BrokerStats:
             "putMessageTimesTotal": str(times),
             "putMessageSizeTotal": str(size),
             "putMessageAverageSize": java_double(size / times),
-            "putTps": self._windows(Snapshot._fields.index("put")),
-            "getFoundTps": self._windows(Snapshot._fields.index("found")),
-            "getMissTps": self._windows(Snapshot._fields.index("miss")),
-            "getTotalTps": self._windows(Snapshot._fields.index("found"), Snapshot._fields.index("miss")),
-            "getTransferedTps": self._windows(Snapshot._fields.index("transferred")),
+            "putTps": self._windows("put"),
+            "getFoundTps": self._windows("found"),
+            "getMissTps": self._windows("miss"),
+            "getTotalTps": self._windows("found", "miss"),
+            "getTransferedTps": self._windows("transferred"),
         }

@@ -30,7 +30,7 @@ import enum
 from collections.abc import Callable, Collection, Container, Iterator, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, Protocol
 
 if TYPE_CHECKING:
     from rmqgate.wire.message import MessageExt
@@ -44,6 +44,17 @@ DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 
 @dataclass
 class StoreConfig:
     """``MessageStoreConfig`` in snake case (RocketMQ's defaults)."""
+
+    # the fields the store reads at each use: changed on a running store, they apply at once
+    LIVE_FIELDS: ClassVar[tuple[str, ...]] = (
+        "max_message_size",
+        "file_reserved_time",
+        "delete_when",
+        "disk_max_used_space_ratio",
+        "access_message_in_memory_max_ratio",
+        "max_transfer_count_on_message_in_memory",
+        "max_transfer_bytes_on_message_in_memory",
+    )
 
     store_path_root_dir: str
     mapped_file_size_commitlog: int = 1024 * 1024 * 1024

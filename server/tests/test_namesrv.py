@@ -8,6 +8,7 @@ import zlib
 from pathlib import Path
 
 from rmqgate.server.client import RemotingClient
+from rmqgate.server.config import NamesrvConfig
 from rmqgate.server.namesrv import NamesrvController, decode_register_body, encode_register_body
 from rmqgate.server.remoting import RemotingServer
 from rmqgate.server.testing import async_test, pcap_requests, wait_for
@@ -200,7 +201,7 @@ async def test_unregister_expiry_and_channel_close() -> None:
 @async_test
 async def test_kv_config_and_topic_lists(tmp_path: Path) -> None:
     path = str(tmp_path / "kvConfig.json")
-    async with Namesrv(kv_config_path=path) as ns:
+    async with Namesrv(config=NamesrvConfig(kvConfigPath=path)) as ns:
         c = await ns.client()
         put = RemotingCommand.request(
             R.PUT_KV_CONFIG, {"namespace": "ORDER_TOPIC_CONFIG", "key": "T", "value": "broker-a:4"}

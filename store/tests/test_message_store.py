@@ -629,13 +629,14 @@ def test_put_totals_count_appends_since_open(tmp_path: Path) -> None:
         assert s.put_totals() == (0, 0)
         sizes = [s.put_message(msg(qid=i % 2)).wrote_bytes for i in range(5)]
         sizes.append(s.put_message(msg("Other")).wrote_bytes)
-        assert s.put_totals() == (6, sum(sizes))
-        assert s.topic_put_totals() == {"T": 5, "Other": 1}
+        sizes.append(s.put_messages([msg(qid=1), msg(qid=1), msg(qid=1)]).wrote_bytes)
+        assert s.put_totals() == (9, sum(sizes))
+        assert s.topic_put_totals() == {"T": 8, "Other": 1}
         assert s.delete_topics({"Other"}) == 1
-        assert s.put_totals() == (6, sum(sizes))
-        assert s.topic_put_totals() == {"T": 5}
+        assert s.put_totals() == (9, sum(sizes))
+        assert s.topic_put_totals() == {"T": 8}
         s.put_message(msg())
-        assert s.put_totals()[0] == 7
+        assert s.put_totals()[0] == 10
     finally:
         s.shutdown()
     s = DefaultMessageStore.open(cfg(tmp_path))
