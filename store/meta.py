@@ -1,13 +1,16 @@
 """LMDB side-store for broker metadata: topic configs, subscription groups, consumer and delay offsets.
 
 One environment (``<root>/meta``) with named databases; values are JSON. Every write is one LMDB
-transaction (atomic). Consumer offsets change constantly, so like RocketMQ's ConsumerOffsetManager
+transaction (atomic). Java's tables take any string as a key; LMDB takes 1 to ``max_key_size`` bytes, so
+an empty or longer key (an empty group name, a long topic@group) is stored under a digest of itself and
+its row's value carries it. Consumer offsets change constantly, so like RocketMQ's ConsumerOffsetManager
 they live in memory and are persisted in one transaction every ``flush_consumer_offset_interval``
 and on shutdown.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import threading
 import time
@@ -27,6 +30,17 @@ _IMPORT_STATE = b"#import-state"  # in the versions database, beside the tables'
 
 _dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 _loads = json.loads
+#: first byte of a digest key: no UTF-8 text starts with 0xFF, so it never meets a key stored as it is
+_DIGEST_KEY = b"\xff"
+
+
+def _utf8(text: str) -> bytes:
+    # a JSON header may carry a lone surrogate ("\ud800"): stored as it came, not refused
+    return text.encode("utf-8", "surrogatepass")
+
+
+def _text(raw: bytes) -> str:
+    return raw.decode("utf-8", "surrogatepass")
 
 
 class LmdbMetaStore:
@@ -36,6 +50,7 @@ class LmdbMetaStore:
         # metasync=False: one fsync per commit; a system crash may undo only the last transaction
         self.env = lmdb.open(str(self.path), map_size=map_size, max_dbs=8, metasync=False, lock=True)
         self._dbs = {name: self.env.open_db(name.encode()) for name in (*DATABASES, _VERSIONS)}
+        self._max_key = self.env.max_key_size()
         self._lock = threading.Lock()
         # a persist writes outside _lock (commits must not wait for fsync); deletes wait for it, or a
         # persist that gathered an offset before its delete would write it back
@@ -57,6 +72,23 @@ class LmdbMetaStore:
         version = {"counter": int(version["counter"]) + 1, "timestamp": int(time.time() * 1000)}
         txn.put(db.encode(), _dumps(version).encode(), db=self._dbs[_VERSIONS])
 
+    def _key(self, key: str) -> bytes:
+        raw = _utf8(key)
+        if 0 < len(raw) <= self._max_key:
+            return raw
+        return _DIGEST_KEY + hashlib.sha256(raw).digest()
+
+    def _row(self, key: str, value: Any) -> tuple[bytes, bytes]:
+        k = self._key(key)
+        return k, _utf8(_dumps([key, value] if k[:1] == _DIGEST_KEY else value))
+
+    @staticmethod
+    def _unrow(k: bytes, v: bytes) -> tuple[str, Any]:
+        value = _loads(_text(v))
+        if k[:1] == _DIGEST_KEY:
+            return value[0], value[1]
+        return _text(k), value
+
     def _write(self, fn: Callable[[lmdb.Transaction], Any]) -> Any:
         """Run ``fn`` in one write transaction; when the map is full, double it and retry."""
         while True:
@@ -68,16 +100,17 @@ class LmdbMetaStore:
 
     # -- generic --
     def get(self, db: str, key: str) -> Any | None:
+        k = self._key(key)
         with self.env.begin(db=self._db(db)) as txn:
-            raw = txn.get(key.encode())
-        return None if raw is None else _loads(raw)
+            raw = txn.get(k)
+        return None if raw is None else self._unrow(k, raw)[1]
 
     def put(self, db: str, key: str, value: Any) -> None:
         self.put_many(db, {key: value})
 
     def put_many(self, db: str, items: dict[str, Any], *, replace: bool = False) -> None:
         handle = self._db(db)
-        rows = [(k.encode(), _dumps(v).encode()) for k, v in items.items()]
+        rows = [self._row(k, v) for k, v in items.items()]
 
         def write(txn: lmdb.Transaction) -> None:
             if replace:
@@ -102,7 +135,7 @@ class LmdbMetaStore:
         handle = self._db(db)
 
         def write(txn: lmdb.Transaction) -> bool:
-            found = txn.delete(key.encode(), db=handle)
+            found = txn.delete(self._key(key), db=handle)
             if found:
                 self._bump(txn, db)
             return bool(found)
@@ -118,7 +151,7 @@ class LmdbMetaStore:
 
     def items(self, db: str) -> Iterator[tuple[str, Any]]:
         with self.env.begin(db=self._db(db)) as txn:
-            rows = [(k.decode(), _loads(v)) for k, v in txn.cursor()]
+            rows = [self._unrow(k, v) for k, v in txn.cursor()]
         return iter(rows)
 
     def data_version(self, db: str) -> dict[str, int]:
@@ -173,7 +206,7 @@ class LmdbMetaStore:
 
             def write(txn: lmdb.Transaction) -> None:
                 for k, v in dirty.items():
-                    txn.put(k.encode(), _dumps(v).encode(), db=handle)
+                    txn.put(*self._row(k, v), db=handle)
                 self._bump(txn, CONSUMER_OFFSETS)
 
             try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
 from rmqgate.wire.codes import LanguageCode, SerializeType
 from rmqgate.wire.command import RemotingCommand
@@ -114,7 +115,11 @@ def encode_json_header(cmd: RemotingCommand) -> bytes:
         header["remark"] = cmd.remark
     header["serializeTypeCurrentRPC"] = _SERIALIZE_NAME[cmd.serialize_type]
     header["version"] = cmd.version
-    return _json_encode(header).encode()
+    text = _json_encode(header)
+    try:
+        return text.encode()
+    except UnicodeEncodeError:  # a lone surrogate a JSON request carried in ("\\ud800")
+        return text.encode("utf-8", "replace")
 
 
 _FIXED_SIZE = ROCKETMQ_FIXED.size
@@ -185,15 +190,28 @@ def decode_rocketmq_header(data: bytes | bytearray | memoryview) -> RemotingComm
 
 
 def encode_rocketmq_header(cmd: RemotingCommand) -> bytes:
-    remark = cmd.remark.encode() if cmd.remark else b""
+    """``RocketMQSerializable``'s encoding. Text is UTF-8 as Java's ``getBytes(UTF_8)`` makes it: a
+    lone surrogate (which a JSON request can carry in, and an answer echo) becomes "?"."""
+    try:
+        return _encode_rocketmq_header(cmd, str.encode)
+    except UnicodeEncodeError:
+        return _encode_rocketmq_header(cmd, _java_utf8)
+
+
+def _java_utf8(text: str) -> bytes:
+    return text.encode("utf-8", "replace")
+
+
+def _encode_rocketmq_header(cmd: RemotingCommand, utf8: Callable[[str], bytes]) -> bytes:
+    remark = utf8(cmd.remark) if cmd.remark else b""
     ext = cmd.ext_fields
     ext_bytes = b""
     if ext:
         parts: list[bytes] = []
         append = parts.append
         for key, value in ext.items():
-            k = key.encode()
-            v = value.encode() if type(value) is str else str(value).encode()
+            k = utf8(key)
+            v = utf8(value if type(value) is str else str(value))
             append(_pack_key_len(len(k)))
             append(k)
             append(_pack_value_len(len(v)))

@@ -335,3 +335,34 @@ def test_oversized_and_half_frames_leave_others_alone(server: tuple[ServerThread
     assert closed == b""
     healthy(srv)
     held.close()
+
+
+def test_group_names_lmdb_cannot_key_as_they_are(server: tuple[ServerThread, _Failures]) -> None:
+    """An empty group (the SEND of a "%RETRY%" topic) and one past LMDB's 511-byte keys are stored as
+    Java stores any string: before, the first answered SYSTEM_ERROR and the offset of the second
+    failed every later persist of every group's offsets."""
+    srv, failures = server
+    port = srv.ports["broker"]
+    props = format_properties({"TAGS": "t", "RECONSUME_TIME": "1", "MAX_RECONSUME_TIMES": "16"})
+    send = RemotingCommand.request(
+        RequestCode.SEND_MESSAGE_V2,
+        {"a": "PG", "b": "%RETRY%", "c": "TBW102", "d": "4", "e": "0", "f": "0", "g": "1", "h": "0",
+         "i": props, "j": "1", "k": "false"},
+        body=b"x", opaque=11,
+    )  # fmt: skip
+    long_group = "g" * 600
+    offset = RemotingCommand.request(
+        RequestCode.UPDATE_CONSUMER_OFFSET,
+        {"consumerGroup": long_group, "topic": "TBW102", "queueId": "0", "commitOffset": "5"},
+        opaque=12,
+    )
+    unregister = RemotingCommand.request(
+        RequestCode.UNREGISTER_CLIENT, {"clientID": "c1", "consumerGroup": long_group}, opaque=13
+    )
+    for cmd in (send, offset, unregister):
+        assert roundtrip(port, cmd).code == ResponseCode.SUCCESS, cmd
+    assert not [r for r in failures.records if "processor failed" in r.getMessage()]
+    meta = srv.broker.store.meta
+    meta.persist_offsets()
+    assert meta.get("consumer_offsets", f"TBW102@{long_group}") == {"0": 5}
+    healthy(srv)

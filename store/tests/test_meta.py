@@ -52,6 +52,47 @@ def test_consumer_offsets_persist_and_survive_reopen(tmp_path: Path) -> None:
         meta.close()
 
 
+#: empty, past max_key_size, not UTF-8 (a lone surrogate), 600 UTF-8 bytes of 300 characters
+ODD_KEYS = ["", "g" * 600, "lone\ud800surrogate", "\u00e9" * 300]
+
+
+def test_keys_lmdb_cannot_hold_as_they_are(tmp_path: Path) -> None:
+    """Java's tables take any string as a key; LMDB only 1..511 bytes of it. Such keys still round-trip
+    (the SEND of a "%RETRY%" topic auto-creates the subscription group "")."""
+    meta = LmdbMetaStore(tmp_path / "meta")
+    try:
+        rows = {k: {"groupName": k, "n": i} for i, k in enumerate(ODD_KEYS)} | {"plain": {"n": -1}}
+        meta.put_many(TOPICS, rows)
+        for k, v in rows.items():
+            assert meta.get(TOPICS, k) == v
+        assert dict(meta.items(TOPICS)) == rows
+        assert meta.delete(TOPICS, "g" * 600) and meta.get(TOPICS, "g" * 600) is None
+        assert meta.get(TOPICS, "g" * 601) is None
+        assert meta.delete(TOPICS, "") and not meta.delete(TOPICS, "")
+    finally:
+        meta.close()
+
+
+def test_one_odd_offset_key_does_not_stop_the_others_persisting(tmp_path: Path) -> None:
+    """Before, a topic@group LMDB refused failed every persist round (and the close), so no consumer
+    offset was stored again."""
+    meta = LmdbMetaStore(tmp_path / "meta")
+    meta.commit_offset("g1", "T", 0, 10)
+    for i, group in enumerate(ODD_KEYS):
+        meta.commit_offset(group, "T", 1, i)
+    meta.persist_offsets()
+    meta.commit_offset("g1", "T", 0, 11)
+    meta.close()
+    meta = LmdbMetaStore(tmp_path / "meta")
+    try:
+        assert meta.query_offset("g1", "T", 0) == 11
+        for i, group in enumerate(ODD_KEYS):
+            assert meta.query_offset(group, "T", 1) == i
+        assert dict(meta.items(CONSUMER_OFFSETS))[f"T@{'g' * 600}"] == {"1": 1}
+    finally:
+        meta.close()
+
+
 def test_concurrent_writers_are_atomic(tmp_path: Path) -> None:
     meta = LmdbMetaStore(tmp_path / "meta")
     try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from rmqgate.wire import FrameDecoder, RemotingCommand, encode_frame
 from rmqgate.wire.codes import LanguageCode, SerializeType
 from rmqgate.wire.errors import HeaderError
 from rmqgate.wire.headers import SendMessageRequestHeader
@@ -49,3 +50,17 @@ def test_int_fields_parse_like_int(value: str) -> None:
     assert SendMessageRequestHeader.from_ext_v2(ext).queue_id == int(value)
     ext["j"] = value
     assert SendMessageRequestHeader.from_ext_v2(ext).reconsume_times == int(value)
+
+
+@pytest.mark.parametrize("serialize_type", [SerializeType.JSON, SerializeType.ROCKETMQ])
+def test_a_lone_surrogate_a_json_request_carried_in_is_written_as_java_writes_it(serialize_type: int) -> None:
+    """A JSON header may escape a lone surrogate; an answer echoing it (a remark, an ext field) is
+    written as Java's getBytes(UTF_8) writes it, "?", instead of failing to encode."""
+    request = decode_json_header(b'{"code":17,"extFields":{"topic":"a\\ud800b"},"opaque":3,"version":1}')
+    assert request.ext_fields == {"topic": "a\ud800b"}
+    answer = RemotingCommand(
+        17, flag=1, opaque=3, remark=f"topic {request.ext_fields['topic']} bad",
+        ext_fields=dict(request.ext_fields), serialize_type=serialize_type,
+    )  # fmt: skip
+    (decoded,) = FrameDecoder().feed(encode_frame(answer))
+    assert decoded.remark == "topic a?b bad" and decoded.ext_fields == {"topic": "a?b"}
