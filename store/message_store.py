@@ -286,8 +286,15 @@ class _FlushService(threading.Thread):
 
 
 _NOT_WARMING = 1 << 62
-_WARM_CHUNK = 1024 * 1024
-_ZEROS = memoryview(bytes(_WARM_CHUNK))
+# Each chunk costs the warmer at least two waits for the GIL (after the pwrite, after the populate);
+# while a writer thread keeps the GIL busy each lasts up to the switch interval (5 ms). With 1 MiB
+# chunks the warmer fell 1-2 MiB behind one writer appending ~210 MB/s, which then faulted pages in
+# itself and waited for the chunk being zeroed. Under SYNC_FLUSH the loop idles in every group
+# commit, so the GIL is free, and the chunk's own sync competes with the commits on the device:
+# kept small there.
+_WARM_CHUNK_ASYNC = 4 * 1024 * 1024
+_WARM_CHUNK_SYNC = 1024 * 1024
+_ZEROS = memoryview(bytes(max(_WARM_CHUNK_ASYNC, _WARM_CHUNK_SYNC)))
 
 
 class _CommitLogWarmer(threading.Thread):
@@ -315,6 +322,7 @@ class _CommitLogWarmer(threading.Thread):
         self._fd: int | None = None
         self._fd_path: Path | None = None
         self._sync_ahead = store.config.flush_disk_type == SYNC_FLUSH
+        self.chunk = _WARM_CHUNK_SYNC if self._sync_ahead else _WARM_CHUNK_ASYNC
 
     def wake(self) -> None:
         """Called by an append that passed ``store._warm_wake_at``; later ones don't until re-armed."""
@@ -360,7 +368,7 @@ class _CommitLogWarmer(threading.Thread):
                 return False
             pos = f.file_from_offset + f.wrote_position
             start = max(self.warmed_to, -(-pos // PAGE_SIZE) * PAGE_SIZE)
-            end = min(start + _WARM_CHUNK, f.end_offset)
+            end = min(start + self.chunk, f.end_offset)
             if start >= end or start >= pos + self.ahead:
                 return False
             store._warm_done.clear()
