@@ -14,13 +14,13 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from rmqgate.server.jsonbody import dumpb, loads_object
+from rmqgate.server.jsonbody import dumpb, loads, loads_object
 from rmqgate.server.remoting import Channel, RequestProcessor
 from rmqgate.server.topics import PERM_RW, RETRY_GROUP_TOPIC_PREFIX, TOPIC_SYS_FLAG_UNIT_SUB
-from rmqgate.wire.bodies import CONSUME_FROM_WHERE, CONSUME_TYPE, MESSAGE_MODEL
+from rmqgate.wire.bodies import HeartbeatData, LockBatchRequestBody, UnlockBatchRequestBody
+from rmqgate.wire.bodies import SubscriptionData as SubscriptionDataBody
 from rmqgate.wire.codes import RequestCode, ResponseCode
 from rmqgate.wire.command import RemotingCommand
-from rmqgate.wire.errors import BodyError
 from rmqgate.wire.headers import GetConsumerListByGroupRequestHeader, UnregisterClientRequestHeader
 from rmqgate.wire.message import java_string_hash
 
@@ -31,18 +31,6 @@ log = logging.getLogger("rmqgate.server.consumer")
 
 SUB_ALL = "*"
 REBALANCE_LOCK_MAX_LIVE_TIME = 60.0
-
-
-def enum_name(value: Any, names: tuple[str, ...], default: str) -> str:
-    """Java names enums by name, the C++ client by ordinal: accept both."""
-    if isinstance(value, str):
-        if value in names:
-            return value
-        if value.lstrip("-").isdigit():
-            value = int(value)
-    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < len(names):
-        return names[value]
-    return default
 
 
 @dataclass(slots=True)
@@ -71,15 +59,11 @@ class SubscriptionData:
         return data
 
     @classmethod
-    def from_json(cls, obj: dict[str, Any]) -> SubscriptionData:
-        topic = str(obj.get("topic") or "")
-        data = cls.build(
-            topic, obj.get("subString"), obj.get("expressionType"), int(obj.get("subVersion") or 0)
-        )
-        codes = obj.get("codeSet")
-        if codes:  # trust the client's codes when it sends them (Java does)
-            data.code_set = {int(c) for c in codes}
-        data.class_filter_mode = bool(obj.get("classFilterMode", False))
+    def from_body(cls, body: SubscriptionDataBody) -> SubscriptionData:
+        data = cls.build(body.topic or "", body.sub_string, body.expression_type, body.sub_version)
+        if body.code_set:  # trust the client's codes when it sends them (Java does)
+            data.code_set = set(body.code_set)
+        data.class_filter_mode = body.class_filter_mode
         return data
 
     def to_json(self) -> dict[str, Any]:
@@ -278,10 +262,6 @@ class RebalanceLockManager:
                 del locks[mq]
 
 
-def _mq_key(obj: dict[str, Any]) -> tuple[str, str, int]:
-    return (str(obj.get("topic", "")), str(obj.get("brokerName", "")), int(obj.get("queueId", 0)))
-
-
 def _mq_json(mq: tuple[str, str, int]) -> dict[str, Any]:
     return {"brokerName": mq[1], "queueId": mq[2], "topic": mq[0]}
 
@@ -304,44 +284,36 @@ class ClientManageProcessor(RequestProcessor):
         return self.check_client_config(channel, request)
 
     def heart_beat(self, channel: Channel, request: RemotingCommand) -> Any:
-        data = loads_object(request.body, "HeartbeatData")
-        client_id = str(data.get("clientID") or data.get("clientId") or "")
+        data = HeartbeatData.from_obj(loads(request.body, "HeartbeatData"))
+        client_id = data.client_id or ""
         broker = self.broker
         broker.watch_channel(channel)
         channel.client_id = client_id
         info_args = (channel, client_id, request.language, request.version)
         created = False
-        for cd in data.get("consumerDataSet") or ():
-            if not isinstance(cd, dict):
-                raise BodyError("HeartbeatData: consumerDataSet entries must be objects")
-            group = str(cd.get("groupName") or "")
+        for cd in data.consumer_data_set:
+            group = cd.group_name or ""
             sgc = broker.subscription_groups.find(group)
             notify = True
             if sgc is not None:
                 notify = bool(sgc.get("notifyConsumerIdsChangedEnable", True))
-                sys_flag = TOPIC_SYS_FLAG_UNIT_SUB if cd.get("unitMode") else 0
+                sys_flag = TOPIC_SYS_FLAG_UNIT_SUB if cd.unit_mode else 0
                 retry_topic = RETRY_GROUP_TOPIC_PREFIX + group
                 created = created or broker.topics.get(retry_topic) is None
                 broker.topics.create_in_send_back(
                     retry_topic, int(sgc.get("retryQueueNums", 1)), PERM_RW, sys_flag
                 )
-            subs = [
-                SubscriptionData.from_json(s)
-                for s in cd.get("subscriptionDataSet") or ()
-                if isinstance(s, dict)
-            ]
             broker.consumers.register(
                 group,
                 ClientChannelInfo(*info_args),
-                enum_name(cd.get("consumeType"), CONSUME_TYPE, "CONSUME_PASSIVELY"),
-                enum_name(cd.get("messageModel"), MESSAGE_MODEL, "CLUSTERING"),
-                enum_name(cd.get("consumeFromWhere"), CONSUME_FROM_WHERE, "CONSUME_FROM_LAST_OFFSET"),
-                subs,
+                cd.consume_type or "CONSUME_PASSIVELY",
+                cd.message_model or "CLUSTERING",
+                cd.consume_from_where or "CONSUME_FROM_LAST_OFFSET",
+                [SubscriptionData.from_body(s) for s in cd.subscription_data_set],
                 notify,
             )
-        for pd in data.get("producerDataSet") or ():
-            if isinstance(pd, dict):
-                broker.producers.register(str(pd.get("groupName") or ""), ClientChannelInfo(*info_args))
+        for pd in data.producer_data_set:
+            broker.producers.register(pd.group_name or "", ClientChannelInfo(*info_args))
         if created:  # a new %RETRY% topic: answer once the name servers know it, like Java
             return self._registered(request.response(ResponseCode.SUCCESS))
         return request.response(ResponseCode.SUCCESS)
@@ -398,11 +370,13 @@ class LockProcessor(RequestProcessor):
         self.locks = broker.locks
 
     def process(self, channel: Channel, request: RemotingCommand) -> RemotingCommand:
-        body = loads_object(request.body, "LockBatchRequestBody")
-        group = str(body.get("consumerGroup") or "")
-        client_id = str(body.get("clientId") or "")
-        mqs = [_mq_key(mq) for mq in body.get("mqSet") or () if isinstance(mq, dict)]
-        if request.code == RequestCode.UNLOCK_BATCH_MQ:
+        unlock = request.code == RequestCode.UNLOCK_BATCH_MQ
+        kind = UnlockBatchRequestBody if unlock else LockBatchRequestBody
+        body = kind.from_obj(loads(request.body, kind.__name__))
+        group = body.consumer_group or ""
+        client_id = body.client_id or ""
+        mqs = [(mq.topic or "", mq.broker_name or "", mq.queue_id) for mq in body.mq_set]
+        if unlock:
             self.locks.unlock_batch(group, mqs, client_id)
             return request.response(ResponseCode.SUCCESS)
         locked = self.locks.try_lock_batch(group, mqs, client_id)

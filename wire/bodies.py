@@ -433,7 +433,7 @@ class ConsumerData(JsonBody):
 
 @json_body
 class HeartbeatData(JsonBody):
-    client_id: str | None = jfield("clientID")
+    client_id: str | None = jfield("clientID", aliases=("clientId",))
     producer_data_set: list[ProducerData] = jfield(default_factory=list)
     consumer_data_set: list[ConsumerData] = jfield(default_factory=list)
     heartbeat_fingerprint: int | None = None  # 5.x
