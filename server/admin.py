@@ -8,19 +8,19 @@ import time
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from rmqgate.server.config import ConfigUpdateRefused, update_from_body
-from rmqgate.server.jsonbody import dumpb, loads_object
+from rmqgate.server.jsonbody import dumpb, loads
 from rmqgate.server.remoting import Channel, RequestProcessor
 from rmqgate.server.topics import (
     AUTO_CREATE_TOPIC_KEY_TOPIC,
     BENCHMARK_TOPIC,
     OFFSET_MOVED_EVENT,
     SELF_TEST_TOPIC,
-    default_group_config,
     is_system_topic,
     topic_config,
     validate_topic,
 )
 from rmqgate.store.api import SCHEDULE_TOPIC
+from rmqgate.wire.bodies import SubscriptionGroupConfig
 from rmqgate.wire.codes import LanguageCode, MQVersion, RequestCode, ResponseCode
 from rmqgate.wire.command import RemotingCommand
 from rmqgate.wire.errors import BodyError, MessageFormatError
@@ -221,11 +221,10 @@ class AdminBrokerProcessor(RequestProcessor):
 
     # -- subscription groups and offsets --
     def update_and_create_subscription_group(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
-        body = loads_object(req.body, "SubscriptionGroupConfig")
-        name = body.get("groupName")
-        if not name:
+        config = SubscriptionGroupConfig.from_obj(loads(req.body, "SubscriptionGroupConfig"))
+        if not config.group_name:
             raise BodyError("SubscriptionGroupConfig: groupName is missing")
-        self.broker.subscription_groups.put({**default_group_config(str(name)), **body})
+        self.broker.subscription_groups.put(config.to_obj())
         return req.response(ResponseCode.SUCCESS)
 
     def get_all_subscription_group_config(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:

@@ -14,10 +14,15 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from rmqgate.server.jsonbody import dumpb, loads, loads_object
+from rmqgate.server.jsonbody import dumpb, loads
 from rmqgate.server.remoting import Channel, RequestProcessor
 from rmqgate.server.topics import PERM_RW, RETRY_GROUP_TOPIC_PREFIX, TOPIC_SYS_FLAG_UNIT_SUB
-from rmqgate.wire.bodies import HeartbeatData, LockBatchRequestBody, UnlockBatchRequestBody
+from rmqgate.wire.bodies import (
+    CheckClientRequestBody,
+    HeartbeatData,
+    LockBatchRequestBody,
+    UnlockBatchRequestBody,
+)
 from rmqgate.wire.bodies import SubscriptionData as SubscriptionDataBody
 from rmqgate.wire.codes import RequestCode, ResponseCode
 from rmqgate.wire.command import RemotingCommand
@@ -334,9 +339,9 @@ class ClientManageProcessor(RequestProcessor):
         return request.response(ResponseCode.SUCCESS, ext_fields={})
 
     def check_client_config(self, channel: Channel, request: RemotingCommand) -> RemotingCommand:
-        body = loads_object(request.body, "CheckClientRequestBody")
-        sub = body.get("subscriptionData") or {}
-        expression_type = sub.get("expressionType") or "TAG"
+        body = CheckClientRequestBody.from_obj(loads(request.body, "CheckClientRequestBody"))
+        sub = body.subscription_data
+        expression_type = (sub.expression_type if sub else None) or "TAG"
         if expression_type != "TAG":
             return request.response(
                 ResponseCode.SYSTEM_ERROR,
@@ -380,6 +385,10 @@ class LockProcessor(RequestProcessor):
             self.locks.unlock_batch(group, mqs, client_id)
             return request.response(ResponseCode.SUCCESS)
         locked = self.locks.try_lock_batch(group, mqs, client_id)
+        self.lock_requested(channel, client_id)
         return request.response(
             ResponseCode.SUCCESS, body=dumpb({"lockOKMQSet": [_mq_json(mq) for mq in locked]})
         )
+
+    def lock_requested(self, channel: Channel, client_id: str) -> None:
+        """Called after each LOCK_BATCH_MQ with the client id it named."""

@@ -10,14 +10,12 @@ can take the queues at its next rebalance instead of 60 s later.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from rmqgate.server.consumer import LockProcessor as _BaseLockProcessor
 from rmqgate.server.consumer import RebalanceLockManager as _BaseLockManager
-from rmqgate.server.jsonbody import loads_object
 from rmqgate.server.remoting import Channel
 from rmqgate.wire.codes import RequestCode
-from rmqgate.wire.command import RemotingCommand
 
 if TYPE_CHECKING:
     from rmqgate.server.broker import BrokerController
@@ -71,16 +69,12 @@ class LockProcessor(_BaseLockProcessor):
         super().__init__(broker)
         self.broker = broker
 
-    def process(self, channel: Channel, request: RemotingCommand) -> Any:
-        response = super().process(channel, request)
-        if request.code == RequestCode.LOCK_BATCH_MQ:
-            client_id = str(loads_object(request.body, "LockBatchRequestBody").get("clientId") or "")
-            holders: set[str] | None = channel.attrs.get("lock_client_ids")
-            if holders is None:
-                holders = channel.attrs["lock_client_ids"] = set()
-                channel.add_close_listener(self._channel_closed)
-            holders.add(client_id)
-        return response
+    def lock_requested(self, channel: Channel, client_id: str) -> None:
+        holders: set[str] | None = channel.attrs.get("lock_client_ids")
+        if holders is None:
+            holders = channel.attrs["lock_client_ids"] = set()
+            channel.add_close_listener(self._channel_closed)
+        holders.add(client_id)
 
     def _channel_closed(self, channel: Channel) -> None:
         if not isinstance(self.locks, RebalanceLockManager):

@@ -15,6 +15,7 @@ from typing import Any
 
 from rmqgate.server.config import BrokerConfig
 from rmqgate.store.api import SCHEDULE_TOPIC, MetaStore
+from rmqgate.wire.bodies import SubscriptionGroupConfig
 
 log = logging.getLogger("rmqgate.server.topics")
 
@@ -229,17 +230,7 @@ class TopicConfigManager:
 
 
 def default_group_config(name: str) -> dict[str, Any]:
-    return {
-        "brokerId": 0,
-        "consumeBroadcastEnable": True,
-        "consumeEnable": True,
-        "consumeFromMinEnable": True,
-        "groupName": name,
-        "notifyConsumerIdsChangedEnable": True,
-        "retryMaxTimes": 16,
-        "retryQueueNums": 1,
-        "whichBrokerWhenConsumeSlowly": 1,
-    }
+    return SubscriptionGroupConfig(group_name=name).to_obj()
 
 
 class SubscriptionGroupManager:

@@ -441,6 +441,14 @@ class HeartbeatData(JsonBody):
 
 
 @json_body
+class CheckClientRequestBody(JsonBody):
+    client_id: str | None = None
+    group: str | None = None
+    subscription_data: SubscriptionData | None = None
+    namespace: str | None = None  # 5.x
+
+
+@json_body
 class LockBatchRequestBody(JsonBody):
     consumer_group: str | None = None
     client_id: str | None = None

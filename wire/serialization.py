@@ -119,7 +119,7 @@ def encode_json_header(cmd: RemotingCommand) -> bytes:
     try:
         return text.encode()
     except UnicodeEncodeError:  # a lone surrogate a JSON request carried in ("\\ud800")
-        return text.encode("utf-8", "replace")
+        return _java_utf8(text)
 
 
 _FIXED_SIZE = ROCKETMQ_FIXED.size

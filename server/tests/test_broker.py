@@ -220,6 +220,44 @@ async def test_send_validation(Broker) -> None:
 
 
 @async_test
+async def test_badly_typed_json_bodies_are_refused_naming_the_field(Broker, caplog) -> None:
+    """A JSON body value of the wrong type gets SYSTEM_ERROR naming the field (no processor failing on
+    it), and a refused subscription group is not stored: a later heartbeat of that group still works."""
+    async with Broker() as b:
+        c = await b.client()
+        cases = [
+            (R.CHECK_CLIENT_CONFIG, {"group": "G", "subscriptionData": 5}, "subscriptionData"),
+            (R.CHECK_CLIENT_CONFIG, {"subscriptionData": {"topic": "T", "expressionType": []}}, "expressionType"),
+            (R.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {"groupName": "SGX", "retryQueueNums": "many"}, "retryQueueNums"),
+            (R.LOCK_BATCH_MQ, {"consumerGroup": "G", "clientId": "c", "mqSet": 5}, "mqSet"),
+            (R.HEART_BEAT, {"clientID": "c", "consumerDataSet": [{"groupName": "G", "consumeType": {}}]}, "consumeType"),
+        ]  # fmt: skip
+        for code, body, field in cases:
+            resp = await c.invoke(RemotingCommand.request(code, body=json.dumps(body).encode()))
+            assert resp.code == ResponseCode.SYSTEM_ERROR and field in (resp.remark or ""), (
+                code,
+                resp.remark,
+            )
+        assert b.broker.subscription_groups.table.get("SGX") is None
+        sg = {"groupName": "SGX", "retryQueueNums": "2"}  # fastjson reads numbers given as text
+        resp = await c.invoke(
+            RemotingCommand.request(R.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=json.dumps(sg).encode())
+        )
+        assert resp.code == ResponseCode.SUCCESS
+        assert b.broker.subscription_groups.table["SGX"]["retryQueueNums"] == 2
+        hb = {
+            "clientID": "c",
+            "consumerDataSet": [{"groupName": "SGX", "consumeType": 1, "subscriptionDataSet": []}],
+        }
+        assert (await c.invoke(RemotingCommand.request(R.HEART_BEAT, body=json.dumps(hb).encode()))).code == 0
+        check = {"group": "SGX", "subscriptionData": {"topic": "T", "expressionType": "SQL92"}}
+        resp = await c.invoke(RemotingCommand.request(R.CHECK_CLIENT_CONFIG, body=json.dumps(check).encode()))
+        assert resp.code == ResponseCode.SYSTEM_ERROR and "SQL92" in resp.remark
+        await c.aclose()
+    assert not [r for r in caplog.records if "processor failed" in r.getMessage()]
+
+
+@async_test
 async def test_send_v1_and_batches(Broker) -> None:
     async with Broker() as b:
         c = await b.client()
