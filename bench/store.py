@@ -11,7 +11,9 @@ The prepared messages (and everything else alive at that point) are moved out of
 with ``gc.freeze()`` before each timed case: otherwise every full collection during the run scans the
 whole prepared input, a cost of holding 100,000 messages in memory that a broker never has.
 SYNC_FLUSH is bounded by the device's fdatasync latency, so its rows stand next to two more floors:
-the same writes with an fdatasync every 32 and every 64 records. Every case runs ``--repeat`` times (default 3) in fresh
+the same writes with an fdatasync every 32 and every 64 records; for both, the bytes the device
+wrote per byte appended are printed (Linux block-device counters, so other writers on that device
+count too). Every case runs ``--repeat`` times (default 3) in fresh
 directories; ratios are also given per round, whose cases share the machine's conditions. Run:
 ``.venv/bin/python bench/store.py [N] [--repeat R]``.
 """
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import math
 import os
 import shutil
 import sys
@@ -82,12 +85,29 @@ def floor(root: Path, records: list[bytes]) -> tuple[float, float]:
     return total / per_record, total / bulk
 
 
-def floor_group_commit(root: Path, records: list[bytes], group: int) -> float:
+def device_written(path: Path) -> int | None:
+    """Bytes the block device holding ``path`` has written so far (Linux ``/sys/dev/block``), or None."""
+    st = os.stat(path)
+    try:
+        fields = Path(f"/sys/dev/block/{os.major(st.st_dev)}:{os.minor(st.st_dev)}/stat").read_text().split()
+    except OSError:
+        return None
+    return int(fields[6]) * 512  # sectors written, always 512-byte units
+
+
+def amplification(before: int | None, after: int | None, appended: int) -> float:
+    """Device bytes written per byte appended between two ``device_written`` readings (NaN if unknown)."""
+    return math.nan if before is None or after is None else (after - before) / appended
+
+
+def floor_group_commit(root: Path, records: list[bytes], group: int) -> tuple[float, float]:
     """What the device allows SYNC_FLUSH: write() per record, fdatasync after every ``group``
-    records (one group commit), one thread; bytes/s."""
+    records (one group commit), one thread; (bytes/s, device bytes written per byte appended, NaN
+    when unknown)."""
     records = records[: max(group * 200, len(records) // 4)]
     path = root / "raw-sync.log"
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    dev0 = device_written(root)
     t = time.perf_counter()
     for i, r in enumerate(records, 1):
         os.write(fd, r)
@@ -95,9 +115,11 @@ def floor_group_commit(root: Path, records: list[bytes], group: int) -> float:
             os.fdatasync(fd)
     os.fdatasync(fd)
     dt = time.perf_counter() - t
+    dev1 = device_written(root)
     os.close(fd)
     path.unlink()
-    return sum(len(r) for r in records) / dt
+    total = sum(len(r) for r in records)
+    return total / dt, amplification(dev0, dev1, total)
 
 
 def bench_async(
@@ -124,7 +146,8 @@ def bench_async(
     return dt, time.perf_counter() - t, wrote, store
 
 
-def bench_sync(root: Path, msgs: list[MessageExt]) -> tuple[float, int, int]:
+def bench_sync(root: Path, msgs: list[MessageExt]) -> tuple[float, int, int, float]:
+    """(seconds, bytes, group commits, device bytes written per byte appended or NaN)."""
     store = DefaultMessageStore.open(config(root, "SYNC_FLUSH"))
     per_writer = [msgs[i::WRITERS] for i in range(WRITERS)]
     wrote = 0
@@ -141,13 +164,15 @@ def bench_sync(root: Path, msgs: list[MessageExt]) -> tuple[float, int, int]:
 
     gc.collect()
     gc.freeze()
+    dev0 = device_written(root)
     t = time.perf_counter()
     asyncio.run(main())
     dt = time.perf_counter() - t
+    dev1 = device_written(root)
     gc.unfreeze()
     fsyncs = store._flush_service.flush_count if store._flush_service else 0
     store.shutdown()
-    return dt, wrote, fsyncs
+    return dt, wrote, fsyncs, amplification(dev0, dev1, wrote)
 
 
 def bench_read(store: DefaultMessageStore) -> tuple[float, int, int]:
@@ -175,8 +200,8 @@ def one_round(base: Path, n: int) -> dict[str, float]:
     rec = len(records[0])
     out: dict[str, float] = {"record": rec}
     out["floor"], out["bulk"] = floor(base, records)
-    out["gc32"] = floor_group_commit(base, records, 32)
-    out["gc64"] = floor_group_commit(base, records, WRITERS)
+    out["gc32"], _ = floor_group_commit(base, records, 32)
+    out["gc64"], out["gc64_dev"] = floor_group_commit(base, records, WRITERS)
     del sample, records
     dt, indexed, wrote, store = bench_async(base / "async", messages(n, "async"))
     out["async"], out["async_n"] = wrote / dt, n / dt
@@ -188,7 +213,7 @@ def one_round(base: Path, n: int) -> dict[str, float]:
     store.shutdown()
     out["noidx"], out["noidx_n"] = wrote / dt, n / dt
     ns = max(WRITERS, n // 2)
-    dt, wrote, fsyncs = bench_sync(base / "sync", messages(ns, "sync"))
+    dt, wrote, fsyncs, out["sync_dev"] = bench_sync(base / "sync", messages(ns, "sync"))
     out["sync"], out["sync_n"], out["per_fsync"] = wrote / dt, ns / dt, ns / max(fsyncs, 1)
     shutil.rmtree(base, ignore_errors=True)
     return out
@@ -233,6 +258,13 @@ def main() -> None:
     row(f"SYNC_FLUSH put_message ({WRITERS} writers)", "sync")
     per_fsync = " ".join(f"{r['per_fsync']:.1f}" for r in rounds)
     print(f"  SYNC appends per group commit, per round: {per_fsync}")
+    if not any(math.isnan(r["sync_dev"]) or math.isnan(r["gc64_dev"]) for r in rounds):
+        print(
+            "  device bytes written per byte appended, per round: SYNC_FLUSH "
+            + " ".join(f"{r['sync_dev']:.2f}" for r in rounds)
+            + f"; fdatasync-every-{WRITERS} floor "
+            + " ".join(f"{r['gc64_dev']:.2f}" for r in rounds)
+        )
     reads = max(rounds, key=lambda r: r["read"])
     print(
         f"{'pull 32 msgs/get_messages (zero-copy)':<44}{reads['read_n']:>12,.0f}{reads['read'] / 1e6:>10.1f}"

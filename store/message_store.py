@@ -299,10 +299,11 @@ _ZEROS = memoryview(bytes(max(_WARM_CHUNK_ASYNC, _WARM_CHUNK_SYNC)))
 
 class _CommitLogWarmer(threading.Thread):
     """Writes zeros into the last CommitLog segment ahead of the write position (``pwrite`` releases
-    the GIL) and, under SYNC_FLUSH, syncs them, like RocketMQ's warmMappedFile, so appends copy into
-    allocated page-cache pages instead of faulting each one in; then maps that chunk writable into the
-    page tables (``MappedFile.populate``), so appends take no page fault there at all. Flushes sync
-    only the written range, so the chunk stays mapped until used.
+    the GIL), so appends copy into allocated page-cache pages instead of faulting each one in; then
+    maps that chunk writable into the page tables (``MappedFile.populate``), so appends take no page
+    fault there at all. Under SYNC_FLUSH the chunk is populated straight away instead of written, and
+    synced, like RocketMQ's warmMappedFile. Flushes sync only the written range, so the chunk stays
+    mapped until used.
 
     It never touches written bytes: under the put lock it picks a chunk at or past the write position
     and publishes its start in ``store._warm_busy_from``; puts bound their record below that until the
@@ -360,6 +361,11 @@ class _CommitLogWarmer(threading.Thread):
 
     def _warm_one_chunk(self) -> bool:
         store = self.store
+        # Under SYNC_FLUSH the chunk is faulted in rather than written: a pwrite of zeros builds
+        # large page-cache folios, and a group commit's msync then writes back and write-protects
+        # every folio its range touches, whole (4.7x the pages of the records in the bench, and a
+        # fault per page for the writer). Faults make single pages.
+        fault_in = self._sync_ahead and self._populate
         with store._put_lock:
             if store._shutdown:
                 return False
@@ -371,9 +377,22 @@ class _CommitLogWarmer(threading.Thread):
             end = min(start + self.chunk, f.end_offset)
             if start >= end or start >= pos + self.ahead:
                 return False
-            store._warm_done.clear()
-            store._warm_busy_from = start
+            if not fault_in:  # zeros are written: appends stay below the chunk meanwhile
+                store._warm_done.clear()
+                store._warm_busy_from = start
         first, last = start - f.file_from_offset, end - f.file_from_offset
+        if fault_in:
+            # mapped writable (contents untouched), synced at once as RocketMQ's warmMappedFile does,
+            # so the blocks are allocated and written now and a group commit here is a plain
+            # overwrite with no allocation to journal; then mapped writable again (the sync
+            # write-protected them)
+            if f.populate(first, last):
+                f.sync_range(first, last)
+                f.populate(first, last)
+                self.warmed_to = end
+            else:  # the kernel cannot: zeros from the next round on (the writer may be past start now)
+                self._populate = False
+            return True
         try:
             if self._fd_path != f.path:  # a descriptor of its own: the segment's may close meanwhile
                 self._close_fd()
@@ -383,10 +402,7 @@ class _CommitLogWarmer(threading.Thread):
         finally:
             store._warm_busy_from = _NOT_WARMING
             store._warm_done.set()
-        if self._sync_ahead:
-            # SYNC_FLUSH (as RocketMQ's warmMappedFile): synced at once, GIL released, so the blocks
-            # are allocated and written now and a group commit here is a plain overwrite with no
-            # allocation to journal. Under ASYNC_FLUSH nobody waits for a flush: not worth the I/O.
+        if self._sync_ahead:  # (see above; under ASYNC_FLUSH nobody waits for a flush)
             f.sync_range(first, last)
         if self._populate:  # the page-table entries too (contents untouched): no fault per page either
             self._populate = f.populate(first, last)
