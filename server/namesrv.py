@@ -10,19 +10,18 @@ namespaced key/value configs; ``NamesrvProcessor`` serves the request codes of
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
-import struct
 import time
 import zlib
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from rmqgate.server.config import ConfigUpdateRefused, NamesrvConfig, update_from_body
-from rmqgate.server.jsonbody import dumpb, dumps, loads, loads_object
+from rmqgate.server.jsonbody import dumpb, dumps, loads_object
 from rmqgate.server.remoting import Channel, RequestProcessor, cancel_and_wait
 from rmqgate.wire import headers as H
+from rmqgate.wire.bodies import RegisterBrokerBody
 from rmqgate.wire.codes import MQVersion, RequestCode, ResponseCode
 from rmqgate.wire.command import RemotingCommand
 from rmqgate.wire.errors import BodyError
@@ -35,8 +34,6 @@ TOPIC_SYS_FLAG_UNIT, TOPIC_SYS_FLAG_UNIT_SUB = 1, 2
 NAMESPACE_ORDER_TOPIC_CONFIG = "ORDER_TOPIC_CONFIG"
 BROKER_CHANNEL_EXPIRED_TIME = 120.0
 FAQ_APPLY_TOPIC = "\nSee http://rocketmq.apache.org/docs/faq/ for further details."
-
-_int32 = struct.Struct(">i")
 
 
 # --- data -----------------------------------------------------------------------------------------
@@ -87,36 +84,6 @@ def data_version_equal(a: dict[str, Any] | None, b: dict[str, Any] | None) -> bo
 
 
 # --- RegisterBrokerBody ---------------------------------------------------------------------------
-def topic_config_encode(tc: dict[str, Any]) -> str:
-    """TopicConfig.encode(): ``name readQ writeQ perm filterType`` (space-separated)."""
-    return (
-        f"{tc['topicName']} {tc.get('readQueueNums', 16)} {tc.get('writeQueueNums', 16)} "
-        f"{tc.get('perm', 6)} {tc.get('topicFilterType', 'SINGLE_TAG')}"
-    )
-
-
-def topic_config_decode(text: str) -> dict[str, Any] | None:
-    parts = text.split(" ", 5)  # 5.x appends " <attributes JSON>"
-    if len(parts) < 5:
-        return None
-    try:
-        tc: dict[str, Any] = {
-            "topicName": parts[0],
-            "readQueueNums": int(parts[1]),
-            "writeQueueNums": int(parts[2]),
-            "perm": int(parts[3]),
-            "topicFilterType": parts[4],
-            "topicSysFlag": 0,
-            "order": False,
-        }
-    except ValueError:
-        return None
-    if len(parts) == 6:
-        with contextlib.suppress(BodyError):
-            tc["attributes"] = loads(parts[5], "TopicConfig attributes")
-    return tc
-
-
 def encode_register_body(
     topic_config_table: dict[str, dict[str, Any]],
     data_version: dict[str, int],
@@ -124,64 +91,16 @@ def encode_register_body(
     *,
     compressed: bool = False,
 ) -> bytes:
-    filters = filter_server_list or []
-    if not compressed:
-        return dumpb(
-            {
-                "filterServerList": filters,
-                "topicConfigSerializeWrapper": {
-                    "dataVersion": data_version,
-                    "topicConfigTable": topic_config_table,
-                },
-            }
-        )
-    parts = []
-    dv = dumpb(data_version)
-    parts += [_int32.pack(len(dv)), dv, _int32.pack(len(topic_config_table))]
-    for tc in topic_config_table.values():
-        enc = topic_config_encode(tc).encode()
-        parts += [_int32.pack(len(enc)), enc]
-    fl = dumpb(filters)
-    parts += [_int32.pack(len(fl)), fl]
-    return zlib.compress(b"".join(parts), 9)
+    """A REGISTER_BROKER body (``wire.bodies.RegisterBrokerBody``) from plain topic configs."""
+    wrapper = {"dataVersion": data_version, "topicConfigTable": topic_config_table}
+    body = {"topicConfigSerializeWrapper": wrapper, "filterServerList": filter_server_list or []}
+    return RegisterBrokerBody.from_obj(body).encode(compressed)
 
 
 def decode_register_body(body: bytes, compressed: bool) -> tuple[dict[str, Any], list[str]]:
     """-> (TopicConfigSerializeWrapper as a dict, filterServerList)."""
-    if not compressed:
-        obj = loads_object(body, "RegisterBrokerBody")
-        wrapper = obj.get("topicConfigSerializeWrapper") or {}
-        return wrapper, list(obj.get("filterServerList") or [])
-    try:
-        data = zlib.decompress(body)
-    except zlib.error as exc:
-        raise BodyError(f"RegisterBrokerBody: bad deflate stream: {exc}") from None
-    pos = 0
-
-    def chunk() -> bytes:
-        nonlocal pos
-        if pos + 4 > len(data):
-            raise BodyError("RegisterBrokerBody: truncated")
-        (n,) = _int32.unpack_from(data, pos)
-        pos += 4
-        if n < 0 or pos + n > len(data):
-            raise BodyError(f"RegisterBrokerBody: bad length {n}")
-        out = data[pos : pos + n]
-        pos += n
-        return out
-
-    data_version = loads_object(chunk(), "DataVersion")
-    if pos + 4 > len(data):
-        raise BodyError("RegisterBrokerBody: truncated")
-    (count,) = _int32.unpack_from(data, pos)
-    pos += 4
-    table: dict[str, Any] = {}
-    for _ in range(count):
-        tc = topic_config_decode(chunk().decode("utf-8", "replace"))
-        if tc is not None:
-            table[tc["topicName"]] = tc
-    filters = loads(chunk(), "filterServerList") if pos < len(data) else []
-    return {"dataVersion": data_version, "topicConfigTable": table}, list(filters or [])
+    decoded = RegisterBrokerBody.decode(body, compressed)
+    return decoded.topic_config_serialize_wrapper.to_obj(), list(decoded.filter_server_list)
 
 
 # --- route table ----------------------------------------------------------------------------------
