@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from rmqgate.server.config import ConfigUpdateRefused, NamesrvConfig, update_from_body
-from rmqgate.server.jsonbody import dumpb, dumps, loads_object
+from rmqgate.server.jsonbody import dumpb, dumps, loads, loads_object
 from rmqgate.server.remoting import Channel, RequestProcessor, cancel_and_wait
 from rmqgate.wire import headers as H
-from rmqgate.wire.bodies import RegisterBrokerBody
+from rmqgate.wire.bodies import DataVersion, RegisterBrokerBody, TopicConfigSerializeWrapper
 from rmqgate.wire.codes import MQVersion, RequestCode, ResponseCode
 from rmqgate.wire.command import RemotingCommand
 from rmqgate.wire.errors import BodyError
@@ -441,7 +441,7 @@ class NamesrvProcessor(RequestProcessor):
             except BodyError as exc:
                 raise BodyError(f"Failed to decode RegisterBrokerBody: {exc}") from None
         else:
-            wrapper, filters = {"dataVersion": {"counter": 0, "timestamp": 0}, "topicConfigTable": {}}, []
+            wrapper, filters = TopicConfigSerializeWrapper().to_obj(), []
         if not channel.attrs.get("namesrv_close_hook"):
             channel.attrs["namesrv_close_hook"] = True
             channel.add_close_listener(self.routes.on_channel_destroy)
@@ -471,7 +471,7 @@ class NamesrvProcessor(RequestProcessor):
 
     def query_data_version(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
         broker_addr = H.QueryDataVersionRequestHeader.from_ext(req.ext_fields or {}).broker_addr
-        version = loads_object(req.body, "DataVersion")
+        version = DataVersion.from_obj(loads(req.body, "DataVersion"), "DataVersion").to_obj()
         changed = self.routes.is_broker_topic_config_changed(broker_addr, version)
         if not changed:
             self.routes.touch(broker_addr)

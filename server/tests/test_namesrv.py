@@ -158,6 +158,11 @@ async def test_compressed_register_body_and_data_version() -> None:
         dv_req.body = b'{"counter":6,"timestamp":1700000000000}'
         resp = await c.invoke(dv_req)
         assert resp.ext_fields["changed"] == "true"
+        dv_req.body = b'{"counter":"5","timestamp":"1700000000000"}'  # read as fastjson reads a long
+        assert (await c.invoke(dv_req)).ext_fields["changed"] == "false"
+        dv_req.body = b'{"counter":{},"timestamp":1}'
+        resp = await c.invoke(dv_req)
+        assert resp.code == ResponseCode.SYSTEM_ERROR and "counter" in resp.remark
         garbage = register_cmd({}, compressed=True)
         garbage.body = b"\x78\x9c not deflate"
         garbage.ext_fields["bodyCrc32"] = "0"
