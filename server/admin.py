@@ -8,7 +8,7 @@ import time
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from rmqgate.server.config import ConfigUpdateRefused, update_from_body
-from rmqgate.server.jsonbody import dumpb, loads
+from rmqgate.server.jsonbody import dumpb
 from rmqgate.server.remoting import Channel, RequestProcessor
 from rmqgate.server.topics import (
     AUTO_CREATE_TOPIC_KEY_TOPIC,
@@ -221,7 +221,7 @@ class AdminBrokerProcessor(RequestProcessor):
 
     # -- subscription groups and offsets --
     def update_and_create_subscription_group(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
-        config = SubscriptionGroupConfig.from_obj(loads(req.body, "SubscriptionGroupConfig"))
+        config = SubscriptionGroupConfig.from_json(req.body)
         if not config.group_name:
             raise BodyError("SubscriptionGroupConfig: groupName is missing")
         self.broker.subscription_groups.put(config.to_obj())

@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from rmqgate.server.jsonbody import dumpb, loads
+from rmqgate.server.jsonbody import dumpb
 from rmqgate.server.remoting import Channel, RequestProcessor
 from rmqgate.server.topics import PERM_RW, RETRY_GROUP_TOPIC_PREFIX, TOPIC_SYS_FLAG_UNIT_SUB
 from rmqgate.wire.bodies import (
@@ -289,7 +289,7 @@ class ClientManageProcessor(RequestProcessor):
         return self.check_client_config(channel, request)
 
     def heart_beat(self, channel: Channel, request: RemotingCommand) -> Any:
-        data = HeartbeatData.from_obj(loads(request.body, "HeartbeatData"))
+        data = HeartbeatData.from_json(request.body)
         client_id = data.client_id or ""
         broker = self.broker
         broker.watch_channel(channel)
@@ -339,7 +339,7 @@ class ClientManageProcessor(RequestProcessor):
         return request.response(ResponseCode.SUCCESS, ext_fields={})
 
     def check_client_config(self, channel: Channel, request: RemotingCommand) -> RemotingCommand:
-        body = CheckClientRequestBody.from_obj(loads(request.body, "CheckClientRequestBody"))
+        body = CheckClientRequestBody.from_json(request.body)
         sub = body.subscription_data
         expression_type = (sub.expression_type if sub else None) or "TAG"
         if expression_type != "TAG":
@@ -377,7 +377,7 @@ class LockProcessor(RequestProcessor):
     def process(self, channel: Channel, request: RemotingCommand) -> RemotingCommand:
         unlock = request.code == RequestCode.UNLOCK_BATCH_MQ
         kind = UnlockBatchRequestBody if unlock else LockBatchRequestBody
-        body = kind.from_obj(loads(request.body, kind.__name__))
+        body = kind.from_json(request.body)
         group = body.consumer_group or ""
         client_id = body.client_id or ""
         mqs = [(mq.topic or "", mq.broker_name or "", mq.queue_id) for mq in body.mq_set]

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from rmqgate.server.config import ConfigUpdateRefused, NamesrvConfig, update_from_body
-from rmqgate.server.jsonbody import dumpb, dumps, loads, loads_object
+from rmqgate.server.jsonbody import dumpb, dumps, loads_object
 from rmqgate.server.remoting import Channel, RequestProcessor, cancel_and_wait
 from rmqgate.wire import headers as H
 from rmqgate.wire.bodies import DataVersion, RegisterBrokerBody, TopicConfigSerializeWrapper
@@ -471,7 +471,7 @@ class NamesrvProcessor(RequestProcessor):
 
     def query_data_version(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
         broker_addr = H.QueryDataVersionRequestHeader.from_ext(req.ext_fields or {}).broker_addr
-        version = DataVersion.from_obj(loads(req.body, "DataVersion"), "DataVersion").to_obj()
+        version = DataVersion.from_json(req.body).to_obj()
         changed = self.routes.is_broker_topic_config_changed(broker_addr, version)
         if not changed:
             self.routes.touch(broker_addr)

@@ -271,8 +271,16 @@ class JsonBody:
         return out
 
     @classmethod
-    def from_json(cls: type[T], data: bytes | bytearray | memoryview | str) -> T:
-        return cls.from_obj(loads(data))  # type: ignore[attr-defined, no-any-return]
+    def from_json(cls: type[T], data: bytes | bytearray | memoryview | str | None) -> T:
+        """Parse a body and build it; a missing or malformed body is a ``BodyError`` naming the class."""
+        name = cls.__name__
+        if data is None:
+            raise BodyError(f"{name}: missing JSON body")
+        try:
+            obj = loads(data)
+        except BodyError as exc:
+            raise BodyError(f"{name}: {exc}") from None
+        return cls.from_obj(obj)  # type: ignore[attr-defined, no-any-return]
 
     def to_json(self, *, quoted_keys: bool = False, pretty: bool = False, sort_keys: bool = True) -> bytes:
         """fastjson's output: legacy style (bare integer keys) or BrowserCompatible (``quoted_keys``).

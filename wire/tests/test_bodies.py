@@ -365,9 +365,12 @@ def test_connections_and_tables() -> None:
         (ConsumerOffsetSerializeWrapper, b'{"offsetTable":{"t@g":{0:"x"}}}', "offsetTable"),
         (SubscriptionGroupConfig, b'{"consumeEnable":"maybe"}', "consumeEnable"),
         (TopicConfig, b'{"perm":"' + b"7" * 5000 + b'"}', "TopicConfig.perm"),
+        (HeartbeatData, None, "HeartbeatData: missing JSON body"),  # a request without its body
+        (DataVersion, b'{"counter":', "DataVersion: "),  # not JSON: named too
+        (LockBatchRequestBody, b"\xff{}", "LockBatchRequestBody: JSON body is not valid UTF-8"),
     ],
 )
-def test_malformed_bodies_name_the_field(cls: type[JsonBody], body: bytes, where: str) -> None:
+def test_malformed_bodies_name_the_field(cls: type[JsonBody], body: bytes | None, where: str) -> None:
     with pytest.raises(BodyError, match=where.replace("[", r"\[").replace("]", r"\]")):
         cls.from_json(body)
 
