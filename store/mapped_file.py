@@ -1,11 +1,13 @@
 """Memory-mapped segment files named by their 20-digit start offset (``MappedFile``/``MappedFileQueue``).
 
-Writers copy into the mmap. A flush is ``msync(MS_SYNC)`` of just the range written since the last one,
-called through ctypes so the GIL is released (``mmap.flush`` keeps it): Linux syncs that file range
-like ``fdatasync`` would, but leaves alone the pages zeroed ahead of the writer, which stay dirty and
-mapped writable instead of being written back and faulted in again. Append-only logs (CommitLog,
-ConsumeQueue) first drop their fully written pages from the page tables: writeback must otherwise
-write-protect every mapped page it cleans, one TLB-shootdown IPI per page to the writer's CPU.
+Writers copy into the mmap, or (``write_buffer``, RocketMQ's writeBuffer) into a buffer that ``commit``
+pwrites to the file, so the segment is never mapped writable. A flush is ``msync(MS_SYNC)`` of just
+the range written since the last one, called through ctypes so the GIL is released (``mmap.flush``
+keeps it): Linux syncs that file range like ``fdatasync`` would, but leaves alone the pages zeroed
+ahead of the writer, which stay dirty and mapped writable instead of being written back and faulted
+in again. Append-only logs written through the mapping (CommitLog, ConsumeQueue) first drop their
+fully written pages from the page tables: writeback must otherwise write-protect every mapped page
+it cleans, one TLB-shootdown IPI per page to the writer's CPU.
 """
 
 from __future__ import annotations
@@ -71,11 +73,13 @@ class MappedFile:
         "_syscalls",
         "_syscalls_done",
         "buf",
+        "committed_position",
         "file_from_offset",
         "file_size",
         "flushed_position",
         "mm",
         "path",
+        "write_buffer",
         "wrote_position",
     )
 
@@ -126,6 +130,9 @@ class MappedFile:
         self.buf = memoryview(self.mm)
         self.wrote_position = 0
         self.flushed_position = 0
+        # with a write buffer: bytes [committed_position, wrote_position) are staged in it, from 0
+        self.write_buffer: bytearray | None = None
+        self.committed_position = 0
 
     @property
     def is_open(self) -> bool:
@@ -137,6 +144,59 @@ class MappedFile:
 
     def is_full(self) -> bool:
         return self.wrote_position >= self.file_size
+
+    @property
+    def read_position(self) -> int:
+        """End of what readers may see: what was written, or with a write buffer what was committed."""
+        return self.wrote_position if self.write_buffer is None else self.committed_position
+
+    def append(self, data: bytes | bytearray | memoryview) -> None:
+        """Write ``data`` at ``wrote_position`` (TOTALSIZE, its first 4 bytes, last into the mapping:
+        a reader of the mapping never sees a record's size before its bytes)."""
+        at, n = self.wrote_position, len(data)
+        wb = self.write_buffer
+        if wb is None:
+            view = memoryview(data)
+            self.buf[at + 4 : at + n] = view[4:]
+            self.buf[at : at + 4] = view[:4]
+        else:
+            rel = at - self.committed_position
+            if rel + n > len(wb):
+                self.commit()
+                rel = 0
+            if n > len(wb):  # larger than the whole buffer: written through at once
+                self._pwrite(data, at)
+                self.committed_position = at + n
+            else:
+                wb[rel : rel + n] = data
+        self.wrote_position = at + n
+
+    def commit(self) -> int:
+        """Write the staged bytes to the file (``pwrite``, GIL released); the committed position."""
+        wb = self.write_buffer
+        end = self.wrote_position
+        if wb is not None and end > self.committed_position:
+            start = self.committed_position
+            self._pwrite(memoryview(wb)[: end - start], start)
+            self.committed_position = end
+        return self.committed_position
+
+    def append_last(self, blank: bytes) -> None:
+        """End the segment with ``blank`` (the BLANK record) at the write position: it is full."""
+        at = self.wrote_position
+        self.append(blank)
+        try:
+            self.commit()
+        except OSError:  # not written: the next append tries again, from the same place
+            self.wrote_position = at
+            raise
+        self.wrote_position = self.committed_position = self.file_size
+
+    def _pwrite(self, data: bytes | bytearray | memoryview, at: int) -> None:
+        view = memoryview(data)
+        while view:
+            n = os.pwrite(self._fd, view, at)
+            view, at = view[n:], at + n
 
     def sync(self) -> None:
         """fdatasync the file (its dirty mapped pages included); releases the GIL meanwhile."""
@@ -223,9 +283,9 @@ class MappedFile:
     def flush(self) -> int:
         """Sync what was written since the last flush; returns the flushed position. With
         ``release_flushed`` (append-only files) the pages written full are unmapped first."""
-        pos = self.wrote_position
+        pos = self.read_position
         if pos > self.flushed_position:
-            if self._release_flushed:
+            if self._release_flushed and self.write_buffer is None:  # (else never mapped writable)
                 self.release_pages(self.flushed_position, pos)
             self.sync_range(self.flushed_position, pos)
             self.flushed_position = pos
@@ -279,6 +339,7 @@ class MappedFileQueue:
         self.release_flushed = release_flushed
         self.files: list[MappedFile] = []
         self.flushed_where = 0
+        self.write_buffer: bytearray | None = None  # handed on to each new last segment
         self._lock = threading.Lock()
 
     def load(self) -> None:
@@ -326,9 +387,28 @@ class MappedFileQueue:
             keep_fd=self.keep_fd,
             release_flushed=self.release_flushed,
         )
+        wb = self.write_buffer
+        if wb is not None:
+            if last is not None:
+                last.commit()
+                last.write_buffer = None
+            f.write_buffer = wb
         with self._lock:
             self.files.append(f)
         return f
+
+    def use_write_buffer(self, capacity: int) -> None:
+        """Appends to the last segment (and each later one) go through a write buffer of ``capacity``."""
+        self.write_buffer = bytearray(capacity)
+        last = self.last()
+        if last is not None and not last.is_full():
+            last.write_buffer = self.write_buffer
+            last.committed_position = last.wrote_position
+
+    def commit(self) -> int:
+        """Write the last segment's staged bytes to its file; the committed end (absolute offset)."""
+        last = self.last()
+        return last.file_from_offset + last.commit() if last is not None else 0
 
     def find_mapped_file_by_offset(self, offset: int) -> MappedFile | None:
         files = self.files
@@ -349,9 +429,9 @@ class MappedFileQueue:
         return self.files[0].file_from_offset if self.files else 0
 
     def get_max_offset(self) -> int:
-        """End of written data (``getMaxOffset``)."""
+        """End of readable data (``getMaxOffset``): with a write buffer, of what was committed."""
         last = self.files[-1] if self.files else None
-        return last.file_from_offset + last.wrote_position if last else 0
+        return last.file_from_offset + last.read_position if last else 0
 
     def total_file_size(self) -> int:
         return len(self.files) * self.mapped_file_size

@@ -3,11 +3,11 @@
 One lock serialises appends and their dispatch to the ConsumeQueue (RocketMQ's reput, done inline so
 a message is readable when ``put_message`` returns). With the services running the IndexFile is built
 by a dispatcher process following the CommitLog (``index_dispatch``); without, inline too. A flush
-thread fsyncs the CommitLog
-(interval or group commit); a service thread flushes ConsumeQueues/index/checkpoint, persists
-consumer offsets and deletes expired segments. Records are copied into the mmap with their
-TOTALSIZE written last, so a process killed mid-copy leaves nothing that recovery could take for
-a record.
+thread fsyncs the CommitLog (interval or group commit); a service thread flushes
+ConsumeQueues/index/checkpoint, persists consumer offsets and deletes expired segments. Records are
+copied into the mmap with their TOTALSIZE written last, so a process killed mid-copy leaves nothing
+that recovery could take for a record. Under SYNC_FLUSH they are staged in a write buffer instead
+and dispatched once its group commit has written them to the segment (see ``_FlushService``).
 """
 
 from __future__ import annotations
@@ -89,6 +89,26 @@ _TS = struct.Struct(">q")  # STORETIMESTAMP, read at store_timestamp_pos(sysFlag
 _CLEAN_FORCIBLY_RATIO = 85  # diskSpaceCleanForciblyRatio: delete regardless of age
 _DISK_WARNING_RATIO = 90  # diskSpaceWarningLevelRatio: stop accepting writes
 _log = logging.getLogger(__name__)
+# DispatchRequest's fields as a plain tuple: what a put hands to dispatch (and listeners get built from)
+_Dispatch = tuple[str, int, int, int, int, int, int, str | None, str | None, int, int]
+
+
+def _dispatch_entry(msg: MessageExt, phys: int, size: int, tcode: int, store_ts: int) -> _Dispatch:
+    """The dispatch of ``msg``, just stored at ``phys`` (its topic, queue and queue offset final)."""
+    props = msg.properties
+    return (
+        msg.topic,
+        msg.queue_id,
+        phys,
+        size,
+        tcode,
+        store_ts,
+        msg.queue_offset,
+        props.get(PROPERTY_KEYS),
+        props.get(PROPERTY_UNIQ_KEY),
+        msg.sys_flag,
+        msg.prepared_transaction_offset,
+    )
 
 
 def _boot_id() -> str:
@@ -143,7 +163,7 @@ class CommitLog:
         rel = phys - f.file_from_offset
         try:
             total, magic = _unpack_prefix(f.buf, rel)
-            if magic == BLANK_MAGIC or total <= 0 or rel + total > f.wrote_position:
+            if magic == BLANK_MAGIC or total <= 0 or rel + total > f.read_position:
                 return None
             return f.buf[rel : rel + total]
         except ValueError:  # the segment was deleted meanwhile
@@ -160,6 +180,7 @@ class CommitLog:
         return phys + self.mapped_file_size - phys % self.mapped_file_size
 
 
+_WRITE_BUFFER_SIZE = 4 * 1024 * 1024  # SYNC_FLUSH's staging: holds a loop round's appends
 _FLUSH_ATTEMPTS = 3  # a flush that cannot reach a request's offset in this many tries reports a timeout
 
 
@@ -167,13 +188,17 @@ class _FlushService(threading.Thread):
     """ASYNC_FLUSH: fsync every interval when enough pages are dirty. SYNC_FLUSH: group commit.
 
     Writers on an asyncio loop are committed by that loop, once per loop round (as Redis does for
-    ``appendfsync always``): the first put of a round schedules the commit, which syncs everything
-    the round appended (GIL released meanwhile) and then resolves the round's futures. A commit
-    thread would need the GIL back to deliver its result, which a loop busy putting for other
-    writers only hands over once it idles: the commits then stalled each round instead of
-    overlapping it, at thousands of GIL hand-offs a second. Syncing in the background while the loop
-    appends (a helper process; io_uring's IORING_OP_FSYNC) measured slower on two vCPUs: writeback of
-    the segment the loop is writing through its mapping costs the loop more than the overlap saves.
+    ``appendfsync always``): the first put of a round schedules the commit, which writes the records
+    the round staged in the CommitLog's write buffer to the segment in one ``pwrite`` (RocketMQ's
+    commit to committedPosition), dispatches them, syncs (GIL released meanwhile) and then resolves
+    the round's futures. Staged rather than copied into the mapping, the segment is never mapped
+    writable, so writeback has no page to write-protect and no writer faults on it again: the sync
+    of a round of 64 1 KiB records took 260-300 us instead of 400 us. A commit thread would need the
+    GIL back to deliver its result, which a loop busy putting for other writers only hands over once
+    it idles: the commits then stalled each round instead of overlapping it, at thousands of GIL
+    hand-offs a second. Syncing in the background while the loop appends (a helper process;
+    io_uring's IORING_OP_FSYNC, also with the write buffer) measured slower on two vCPUs: smaller
+    groups, each with its own pwrite, sync and dispatch, cost the loop more than the overlap saves.
     Writers without a loop (threads) get a ``concurrent.futures.Future`` and are committed by this
     thread."""
 
@@ -216,8 +241,10 @@ class _FlushService(threading.Thread):
 
     def _flush(self) -> int:
         store = self.store
+        ts = store._last_store_ts  # (before the commit: every record up to it is then flushed)
+        if store._undispatched is not None:
+            store._commit_staged()
         with self._flush_lock:
-            ts = store._last_store_ts
             flushed = store.commitlog.queue.flush()
             self.flush_count += 1
         if ts:
@@ -304,9 +331,10 @@ class _CommitLogWarmer(threading.Thread):
     """Writes zeros into the last CommitLog segment ahead of the write position (``pwrite`` releases
     the GIL), so appends copy into allocated page-cache pages instead of faulting each one in; then
     maps that chunk writable into the page tables (``MappedFile.populate``), so appends take no page
-    fault there at all. Under SYNC_FLUSH the chunk is populated straight away instead of written, and
-    synced, like RocketMQ's warmMappedFile. Flushes sync only the written range, so the chunk stays
-    mapped until used.
+    fault there at all. Under SYNC_FLUSH appends reach the segment by ``pwrite`` from a write buffer:
+    the zeroed chunk is synced, like RocketMQ's warmMappedFile (a group commit then allocates no
+    blocks), and not populated. Flushes sync only the written range, so the chunk stays mapped until
+    used.
 
     It never touches written bytes: under the put lock it picks a chunk at or past the write position
     and publishes its start in ``store._warm_busy_from``; puts bound their record below that until the
@@ -322,10 +350,12 @@ class _CommitLogWarmer(threading.Thread):
         self._stop_event = threading.Event()
         self._wakeup = threading.Event()
         self.warmed_to = 0  # absolute CommitLog offset: zeroed below, ahead of the write position
-        self._populate = True
+        self._sync_ahead = store.config.flush_disk_type == SYNC_FLUSH
+        # under SYNC_FLUSH appends are pwritten from a write buffer: the segment must not be mapped
+        # writable, or each group commit's writeback write-protects its pages again
+        self._populate = not self._sync_ahead
         self._fd: int | None = None
         self._fd_path: Path | None = None
-        self._sync_ahead = store.config.flush_disk_type == SYNC_FLUSH
         self.chunk = _WARM_CHUNK_SYNC if self._sync_ahead else _WARM_CHUNK_ASYNC
 
     def wake(self) -> None:
@@ -364,11 +394,6 @@ class _CommitLogWarmer(threading.Thread):
 
     def _warm_one_chunk(self) -> bool:
         store = self.store
-        # Under SYNC_FLUSH the chunk is faulted in rather than written: a pwrite of zeros builds
-        # large page-cache folios, and a group commit's msync then writes back and write-protects
-        # every folio its range touches, whole (4.7x the pages of the records in the bench, and a
-        # fault per page for the writer). Faults make single pages.
-        fault_in = self._sync_ahead and self._populate
         with store._put_lock:
             if store._shutdown:
                 return False
@@ -380,22 +405,9 @@ class _CommitLogWarmer(threading.Thread):
             end = min(start + self.chunk, f.end_offset)
             if start >= end or start >= pos + self.ahead:
                 return False
-            if not fault_in:  # zeros are written: appends stay below the chunk meanwhile
-                store._warm_done.clear()
-                store._warm_busy_from = start
+            store._warm_done.clear()  # appends stay below the chunk meanwhile
+            store._warm_busy_from = start
         first, last = start - f.file_from_offset, end - f.file_from_offset
-        if fault_in:
-            # mapped writable (contents untouched), synced at once as RocketMQ's warmMappedFile does,
-            # so the blocks are allocated and written now and a group commit here is a plain
-            # overwrite with no allocation to journal; then mapped writable again (the sync
-            # write-protected them)
-            if f.populate(first, last):
-                f.sync_range(first, last)
-                f.populate(first, last)
-                self.warmed_to = end
-            else:  # the kernel cannot: zeros from the next round on (the writer may be past start now)
-                self._populate = False
-            return True
         try:
             if self._fd_path != f.path:  # a descriptor of its own: the segment's may close meanwhile
                 self._close_fd()
@@ -405,7 +417,7 @@ class _CommitLogWarmer(threading.Thread):
         finally:
             store._warm_busy_from = _NOT_WARMING
             store._warm_done.set()
-        if self._sync_ahead:  # (see above; under ASYNC_FLUSH nobody waits for a flush)
+        if self._sync_ahead:  # as RocketMQ's warmMappedFile: blocks allocated now, not in a commit
             f.sync_range(first, last)
         if self._populate:  # the page-table entries too (contents untouched): no fault per page either
             self._populate = f.populate(first, last)
@@ -522,6 +534,9 @@ class DefaultMessageStore:
         self._index_reader: IndexReader | None = None
         self._index_writer_lock: DispatchProgress | None = None
         self._committed_slot: tuple[Any, Any, int] | None = None  # (pack_into, page, position)
+        # SYNC_FLUSH stages appends in a write buffer (see _FlushService); staged records wait here
+        # for their dispatch (None: dispatched as they are appended)
+        self._undispatched: list[_Dispatch] | None = None
         self._flush_service: _FlushService | None = None
         self._service: _ServiceThread | None = None
         self._warmer: _CommitLogWarmer | None = None
@@ -577,6 +592,11 @@ class DefaultMessageStore:
         store._shutdown = False
         if start_services:
             store._flush_service = _FlushService(store)
+            if store._flush_service.sync:
+                store.commitlog.queue.use_write_buffer(
+                    max(_WRITE_BUFFER_SIZE, config.max_message_size + _RECORD_ALLOWANCE)
+                )
+                store._undispatched = []
             store._flush_service.start()
             store._service = _ServiceThread(store)
             store._service.start()
@@ -629,6 +649,8 @@ class DefaultMessageStore:
         if self._flush_service is not None:
             self._flush_service.stop()
         ts = self._last_store_ts
+        if self._undispatched is not None:
+            self._commit_staged()
         self.commitlog.queue.flush()
         index_ts: int | None = ts
         if self._index_process is not None:
@@ -917,9 +939,7 @@ class DefaultMessageStore:
         f = q.get_last_mapped_file(0)
         assert f is not None
         if need + END_FILE_MIN_BLANK_LENGTH > f.file_size - f.wrote_position:
-            remaining = f.file_size - f.wrote_position
-            f.buf[f.wrote_position : f.wrote_position + 8] = encode_blank(remaining)
-            f.wrote_position = f.file_size
+            f.append_last(encode_blank(f.file_size - f.wrote_position))
             f = q.get_last_mapped_file()
             assert f is not None
             if need + END_FILE_MIN_BLANK_LENGTH > f.file_size:
@@ -976,7 +996,13 @@ class DefaultMessageStore:
                 warm = self._warm_busy_from - base  # read once: the warmer resets it outside the lock
                 if warm < limit:
                     limit = warm
-                n = encode_message_into(msg, f.buf, at, limit)
+                wb = f.write_buffer
+                if wb is None:
+                    n = encode_message_into(msg, f.buf, at, limit)
+                else:
+                    staged = f.committed_position
+                    limit -= staged
+                    n = encode_message_into(msg, wb, at - staged, limit if limit < len(wb) else len(wb))
                 if n < 0:
                     f, n = self._encode_past_limit(msg, f, -n)
                     phys = msg.commit_log_offset
@@ -989,34 +1015,39 @@ class DefaultMessageStore:
             if n < 0:
                 return PutResult(PutMessageStatus.MESSAGE_ILLEGAL)
             f.wrote_position = phys + n - f.file_from_offset
-            cs = self._committed_slot
-            if cs is not None:
-                cs[0](cs[1], cs[2], phys + n)
             self._last_store_ts = store_ts
             tags = props.get(PROPERTY_TAGS)
             tcode = tags_code(tags) if tags else 0
             if topic == SCHEDULE_TOPIC:
                 tcode = self._tags_code(topic, props, store_ts)
-            try:
-                if counted:
-                    self.topic_queue_table[key] = qoff + 1
-                    (self.consume_queues.get(key) or self.find_consume_queue(topic, queue_id)).put(
-                        phys, n, tcode, qoff
-                    )
-                if self._index_inline:
-                    keys = props.get(PROPERTY_KEYS)
-                    uniq = props.get(PROPERTY_UNIQ_KEY)
-                    if keys or uniq:
-                        self.index.build_index(topic, keys, uniq, phys, store_ts, sys_flag)
-            except OSError:
-                return self._dispatch_failed()
+            if counted:
+                self.topic_queue_table[key] = qoff + 1
+            undispatched = self._undispatched
+            if undispatched is not None:  # staged: dispatched once committed (_commit_staged)
+                undispatched.append(_dispatch_entry(msg, phys, n, tcode, store_ts))
+            else:
+                cs = self._committed_slot
+                if cs is not None:
+                    cs[0](cs[1], cs[2], phys + n)
+                try:
+                    if counted:
+                        (self.consume_queues.get(key) or self.find_consume_queue(topic, queue_id)).put(
+                            phys, n, tcode, qoff
+                        )
+                    if self._index_inline:
+                        keys = props.get(PROPERTY_KEYS)
+                        uniq = props.get(PROPERTY_UNIQ_KEY)
+                        if keys or uniq:
+                            self.index.build_index(topic, keys, uniq, phys, store_ts, sys_flag)
+                except OSError:
+                    return self._dispatch_failed()
         finally:
             lock.release()
         if phys + n > self._warm_wake_at:
             self._wake_warmer()
         fs = self._flush_service
         durable = fs.submit(phys + n) if fs is not None and fs.sync else None
-        if self._listeners:
+        if undispatched is None and self._listeners:
             self._notify_arrival(msg, key, phys, n, tcode, store_ts)
         prefix_port, prefix = self._msg_id_prefix
         if prefix_port != port:
@@ -1036,7 +1067,14 @@ class DefaultMessageStore:
             f = self._writable_file(size)
         at = f.wrote_position
         msg.commit_log_offset = f.file_from_offset + at
-        return f, encode_message_into(msg, f.buf, at, f.file_size - END_FILE_MIN_BLANK_LENGTH)
+        limit = f.file_size - END_FILE_MIN_BLANK_LENGTH
+        wb = f.write_buffer
+        if wb is None:
+            return f, encode_message_into(msg, f.buf, at, limit)
+        if at - f.committed_position + size > len(wb):  # the write buffer is full: to the file first
+            f.commit()
+        staged = f.committed_position
+        return f, encode_message_into(msg, wb, at - staged, min(limit - staged, len(wb)))
 
     def _wake_warmer(self) -> None:
         warmer = self._warmer
@@ -1046,25 +1084,55 @@ class DefaultMessageStore:
     def _notify_arrival(
         self, msg: MessageExt, key: tuple[str, int], phys: int, size: int, tcode: int, store_ts: int
     ) -> None:
-        d = None
-        for listener, watched in self._listeners:
-            if watched is None or key in watched:
-                if d is None:
-                    props = msg.properties
-                    d = DispatchRequest(
-                        key[0],
-                        key[1],
-                        phys,
-                        size,
-                        tcode,
-                        store_ts,
-                        msg.queue_offset,
-                        props.get(PROPERTY_KEYS),
-                        props.get(PROPERTY_UNIQ_KEY),
-                        msg.sys_flag,
-                        msg.prepared_transaction_offset,
-                    )
-                listener(d)
+        for _, watched in self._listeners:
+            if watched is None or key in watched:  # someone listens: the request is worth building
+                self._notify_entries((_dispatch_entry(msg, phys, size, tcode, store_ts),))
+                return
+
+    def _notify_entries(self, entries: Sequence[_Dispatch]) -> None:
+        """Tell the arrival listeners watching their queues about dispatched ``entries``."""
+        listeners = self._listeners
+        if not listeners:
+            return
+        for entry in entries:
+            key = (entry[0], entry[1])
+            d = None
+            for listener, watched in listeners:
+                if watched is None or key in watched:
+                    if d is None:
+                        d = DispatchRequest(*entry)
+                    listener(d)
+
+    def _dispatch_entries(self, entries: Sequence[_Dispatch], committed: int) -> None:
+        """Dispatch appended records, the CommitLog being written up to ``committed``: to their
+        ConsumeQueues, to the index (inline, or by the dispatcher process told ``committed``)."""
+        cs = self._committed_slot
+        if cs is not None:
+            cs[0](cs[1], cs[2], committed)
+        queues = self.consume_queues
+        index = self.index if self._index_inline else None
+        for topic, queue_id, phys, size, tcode, store_ts, qoff, keys, uniq, sys_flag, _ in entries:
+            if not sys_flag & _TX_NOT_COUNTED:
+                (queues.get((topic, queue_id)) or self.find_consume_queue(topic, queue_id)).put(
+                    phys, size, tcode, qoff
+                )
+            if index is not None and (keys or uniq):
+                index.build_index(topic, keys, uniq, phys, store_ts, sys_flag)
+
+    def _commit_staged(self) -> None:
+        """SYNC_FLUSH: write the staged records to their segment, then dispatch them, as RocketMQ's
+        reput follows the committed position: the ConsumeQueue never points past the file's data."""
+        with self._put_lock:
+            committed = self.commitlog.queue.commit()
+            entries = self._undispatched
+            if not entries:
+                return
+            self._undispatched = []
+            try:
+                self._dispatch_entries(entries, committed)
+            except OSError:
+                self._dispatch_failed()
+        self._notify_entries(entries)
 
     def _offset_msg_id_prefix(self, port: int) -> bytes:
         """Hex of the store host and ``port``: an offsetMsgId less its 16 offset digits (cached)."""
@@ -1093,7 +1161,6 @@ class DefaultMessageStore:
         blob = recs[0] if len(recs) == 1 else bytearray().join(recs)
         n = len(blob)
         key = (topic, queue_id)
-        dispatched: list[DispatchRequest] = []
         with self._put_lock:
             if self._shutdown:
                 return PutResult(PutMessageStatus.SERVICE_NOT_AVAILABLE)
@@ -1114,65 +1181,30 @@ class DefaultMessageStore:
                 m.store_timestamp = store_ts
                 pos += len(rec)
                 qoff += counted
-            at = f.wrote_position
-            view = f.buf
             self._warm_done.wait()
-            view[at + 4 : at + n] = memoryview(blob)[4:]
-            view[at : at + 4] = blob[:4]  # TOTALSIZE last: the batch becomes visible whole
-            f.wrote_position = at + n
-            cs = self._committed_slot
-            if cs is not None:
-                cs[0](cs[1], cs[2], at + n + f.file_from_offset)
+            f.append(blob)  # the batch becomes visible whole
             self.topic_queue_table[key] = qoff
             self._last_store_ts = store_ts
-            listeners = [(fn, w) for fn, w in self._listeners if w is None or key in w]
+            entries: list[_Dispatch] = []
             pos = 0
             for m, rec in zip(msgs, recs, strict=True):
-                props = m.properties
-                size = len(rec)
-                tcode = self._tags_code(topic, props, store_ts)
-                keys = props.get(PROPERTY_KEYS)
-                uniq = props.get(PROPERTY_UNIQ_KEY)
+                tcode = self._tags_code(topic, m.properties, store_ts)
+                entries.append(_dispatch_entry(m, phys0 + pos, len(rec), tcode, store_ts))
+                pos += len(rec)
+            if self._undispatched is not None:
+                self._undispatched += entries
+                entries = []
+            else:
                 try:
-                    self._dispatch(
-                        topic,
-                        queue_id,
-                        phys0 + pos,
-                        size,
-                        tcode,
-                        store_ts,
-                        m.queue_offset,
-                        keys,
-                        uniq,
-                        m.sys_flag,
-                    )
+                    self._dispatch_entries(entries, phys0 + n)
                 except OSError:
                     return self._dispatch_failed()
-                if listeners:
-                    dispatched.append(
-                        DispatchRequest(
-                            topic,
-                            queue_id,
-                            phys0 + pos,
-                            size,
-                            tcode,
-                            store_ts,
-                            m.queue_offset,
-                            keys,
-                            uniq,
-                            m.sys_flag,
-                            m.prepared_transaction_offset,
-                        )
-                    )
-                pos += size
         if phys0 + n > self._warm_wake_at:
             self._wake_warmer()
         durable = None
         if self._flush_service is not None and self._flush_service.sync:
             durable = self._flush_service.submit(phys0 + n)
-        for d in dispatched:
-            for listener, _ in listeners:
-                listener(d)
+        self._notify_entries(entries)
         port = self.config.store_port
         prefix_port, prefix = self._msg_id_prefix
         if prefix_port != port:

@@ -1,4 +1,5 @@
-"""MappedFile: range flushes through msync, page-table population ahead of the writer."""
+"""MappedFile: range flushes through msync, page-table population ahead of the writer, appends
+staged in a write buffer."""
 
 from __future__ import annotations
 
@@ -152,6 +153,41 @@ def test_release_flushed_unmaps_only_the_pages_written_full(tmp_path: Path, rele
         finally:
             os.close(fd)
     finally:
+        f.close()
+
+
+def test_write_buffer_stages_appends_until_commit_and_never_maps_a_page(tmp_path: Path) -> None:
+    """With a write buffer, appends stay in it until ``commit`` pwrites them: readers and flushes
+    see the committed end only, the file holds none of the staged bytes, and the mapping never takes
+    a page in (so writeback has none to write-protect). A record larger than the buffer is written
+    through; ``append_last`` ends the segment."""
+    f = MappedFile(tmp_path / offset_to_file_name(0), SIZE, release_flushed=True)
+    fd = os.open(f.path, os.O_RDONLY)
+    try:
+        f.write_buffer = bytearray(2 * PAGE_SIZE)
+        recs = [os.urandom(1000) for _ in range(5)]
+        for r in recs[:3]:
+            f.append(r)
+        assert (f.wrote_position, f.read_position) == (3000, 0)
+        assert f.flush() == 0  # nothing committed, nothing to sync
+        assert os.pread(fd, 3000, 0) == bytes(3000)
+        assert f.commit() == 3000 and f.read_position == 3000
+        assert f.flush() == 3000
+        f.append(recs[3])
+        f.append(recs[4])
+        big = os.urandom(3 * PAGE_SIZE)  # commits the 2000 staged bytes first, then goes through
+        f.append(big)
+        assert f.committed_position == f.wrote_position == 5000 + len(big)
+        f.append(b"tail")
+        f.append_last(b"\x00\x00\x00\x10BLANK...")
+        assert f.wrote_position == f.committed_position == f.read_position == SIZE
+        data = b"".join(recs) + big + b"tail" + b"\x00\x00\x00\x10BLANK..."
+        assert os.pread(fd, len(data), 0) == data
+        if Path("/proc/self/smaps").exists():
+            assert _mapped_kib(f.path) == 0
+        assert bytes(f.buf[: len(data)]) == data  # the mapping reads what was pwritten
+    finally:
+        os.close(fd)
         f.close()
 
 

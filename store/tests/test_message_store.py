@@ -350,6 +350,95 @@ def test_sync_flush_from_plain_threads(tmp_path: Path) -> None:
         s.shutdown()
 
 
+def test_sync_flush_stages_a_round_and_shows_it_once_written(tmp_path: Path) -> None:
+    """Under SYNC_FLUSH a loop round's records go to a write buffer and reach the segment with the
+    round's commit (pwrite, then the sync): until then nothing points at them, neither the
+    ConsumeQueue nor a lookup by offset nor the CommitLog's readable end, and the file holds none of
+    their bytes. A round larger than the buffer, with batches and segment rolls, comes back whole."""
+    c = cfg(tmp_path, flush_disk_type="SYNC_FLUSH", mapped_file_size_commitlog=1 << 20)
+    s = open_store(c)
+    sent: list[bytes] = []
+
+    async def one_round() -> None:
+        end, queued = s.commitlog.get_max_offset(), s.get_max_offset_in_queue("T", 0)
+        r = s.put_message(msg(body=b"staged", qid=0))
+        sent.append(b"staged")
+        assert r.status is PutMessageStatus.PUT_OK and r.physical_offset == end
+        assert s.commitlog.get_max_offset() == end
+        assert s.get_max_offset_in_queue("T", 0) == queued
+        assert s.select_one_message_by_offset(r.physical_offset) is None
+        f = s.commitlog.queue.files[-1]
+        at = r.physical_offset - f.file_from_offset
+        assert bytes(f.buf[at : at + r.wrote_bytes]) == bytes(r.wrote_bytes)  # not in the file yet
+        assert await asyncio.wrap_future(r.durable) is PutMessageStatus.PUT_OK
+        assert s.commitlog.get_max_offset() == end + r.wrote_bytes
+        assert s.get_max_offset_in_queue("T", 0) == queued + 1
+        found = s.select_one_message_by_offset(r.physical_offset)
+        assert found is not None and decode_message(found).body == b"staged"
+
+    async def big_round() -> list[PutMessageStatus]:
+        durable = []
+        for i in range(6000):  # ~6 MB in one round: past the 4 MiB buffer, over six 1 MiB segments
+            body = os.urandom(900 + i % 200)
+            if i % 10 == 0:
+                r = s.put_messages([msg(body=body, qid=i % 3), msg(body=body[::-1], qid=i % 3)])
+                sent.extend((body, body[::-1]))
+            else:
+                r = s.put_message(msg(body=body, qid=i % 3))
+                sent.append(body)
+            assert r.status is PutMessageStatus.PUT_OK
+            durable.append(r.durable)
+        return [await asyncio.wrap_future(d) for d in durable]
+
+    try:
+        asyncio.run(one_round())
+        assert set(asyncio.run(big_round())) == {PutMessageStatus.PUT_OK}
+        assert len(s.commitlog.queue.files) >= 6
+        assert s.commitlog.queue.flushed_where == s.commitlog.get_max_offset()
+    finally:
+        s.shutdown()
+    s = DefaultMessageStore.open(c, start_services=False)
+    try:
+        records = [
+            decode_message(f.buf, pos, check_crc=True)
+            for f in s.commitlog.queue.files
+            for pos in _record_positions(f.buf, f.wrote_position)
+        ]
+        assert [r.body for r in records] == sent
+        for q in range(3):
+            got = [r for r in records if r.queue_id == q]
+            assert s.get_max_offset_in_queue("T", q) == len(got)
+            units: list[tuple[int, int, int]] = []
+            while len(units) < len(got):  # (one ConsumeQueue file at a time)
+                more = s.get_consume_queue_units("T", q, len(units), len(got) - len(units))
+                assert more
+                units += more
+            assert [u[0] for u in units] == [r.commit_log_offset for r in got]
+    finally:
+        s.shutdown()
+
+
+def test_sync_flush_shutdown_writes_what_is_staged(tmp_path: Path) -> None:
+    """Puts accepted but not yet committed when the store shuts down are written by the shutdown,
+    as RocketMQ's shutdown commits its write buffer: after a restart they are there."""
+    c = cfg(tmp_path, flush_disk_type="SYNC_FLUSH", mapped_file_size_commitlog=1 << 20)
+    s = open_store(c)
+
+    async def put_and_shut_down() -> None:
+        for i in range(5):
+            assert s.put_message(msg(body=b"last-%d" % i)).status is PutMessageStatus.PUT_OK
+        s.shutdown()  # before this round's commit runs
+
+    asyncio.run(put_and_shut_down())
+    s = DefaultMessageStore.open(c, start_services=False)
+    try:
+        assert s.last_exit_ok
+        got = s.get_messages("T", 0, 0, 10)
+        assert [decode_message(b).body for b in got.buffers] == [b"last-%d" % i for i in range(5)]
+    finally:
+        s.shutdown()
+
+
 def test_async_flush_reaches_disk(tmp_path: Path) -> None:
     s = open_store(cfg(tmp_path, flush_interval_commitlog=20, flush_commitlog_least_pages=0))
     try:
@@ -534,10 +623,12 @@ def test_put_result_msg_id_follows_the_store_port(store: DefaultMessageStore) ->
         assert res.msg_id.endswith(f"{res.physical_offset:016X}")
 
 
-def test_commitlog_warmer_zeroes_ahead_without_touching_records(tmp_path: Path) -> None:
+@pytest.mark.parametrize("flush", ["ASYNC_FLUSH", "SYNC_FLUSH"])
+def test_commitlog_warmer_zeroes_ahead_without_touching_records(tmp_path: Path, flush: str) -> None:
     """The warmer zeroes each new segment's unwritten rest while single puts, batches and segment
-    rolls go on: every record must come back intact, in order, with its ConsumeQueue unit."""
-    s = DefaultMessageStore.open(cfg(tmp_path, mapped_file_size_commitlog=256 * 1024))
+    rolls go on (under SYNC_FLUSH while the flush thread commits the staged records to the same
+    segment): every record must come back intact, in order, with its ConsumeQueue unit."""
+    s = DefaultMessageStore.open(cfg(tmp_path, mapped_file_size_commitlog=256 * 1024, flush_disk_type=flush))
     assert s._warmer is not None and s._warmer.is_alive()
     rnd = os.urandom
     sent: list[tuple[int, bytes]] = []
