@@ -193,7 +193,15 @@ class MappedFile:
         self.wrote_position = self.committed_position = self.file_size
 
     def _pwrite(self, data: bytes | bytearray | memoryview, at: int) -> None:
+        """Write ``data`` (whole records) at ``at``, its first 4 bytes (a TOTALSIZE) last: a process
+        killed meanwhile leaves a zero size at ``at``, so recovery ends the log there and no part of
+        a batch is ever found without the rest."""
         view = memoryview(data)
+        if len(view) > 4:
+            self._pwrite_all(view[4:], at + 4)
+        self._pwrite_all(view[:4], at)
+
+    def _pwrite_all(self, view: memoryview, at: int) -> None:
         while view:
             n = os.pwrite(self._fd, view, at)
             view, at = view[n:], at + n
