@@ -350,9 +350,9 @@ class _CommitLogWarmer(threading.Thread):
         self._stop_event = threading.Event()
         self._wakeup = threading.Event()
         self.warmed_to = 0  # absolute CommitLog offset: zeroed below, ahead of the write position
-        self._sync_ahead = store.config.flush_disk_type == SYNC_FLUSH
-        # under SYNC_FLUSH appends are pwritten from a write buffer: the segment must not be mapped
-        # writable, or each group commit's writeback write-protects its pages again
+        # appends pwritten from a write buffer (SYNC_FLUSH): the chunk is synced, and not mapped
+        # writable, or each group commit's writeback would write-protect its pages again
+        self._sync_ahead = store.commitlog.queue.write_buffer is not None
         self._populate = not self._sync_ahead
         self._fd: int | None = None
         self._fd_path: Path | None = None
@@ -826,19 +826,9 @@ class DefaultMessageStore:
             except MessageFormatError:  # cannot happen below a validated end; don't loop on it
                 _log.error("reput stopped at undecodable record @%d", pos)
                 break
-            props = msg.properties
-            self._dispatch(
-                msg.topic,
-                msg.queue_id,
-                pos,
-                total,
-                self._tags_code(msg.topic, props, msg.store_timestamp),
-                msg.store_timestamp,
-                msg.queue_offset,
-                props.get(PROPERTY_KEYS),
-                props.get(PROPERTY_UNIQ_KEY),
-                msg.sys_flag,
-            )
+            ts = msg.store_timestamp
+            entry = _dispatch_entry(msg, pos, total, self._tags_code(msg.topic, msg.properties, ts), ts)
+            self._dispatch_entries((entry,), pos + total)
             self._last_store_ts = msg.store_timestamp
             pos += total
 
@@ -859,24 +849,6 @@ class DefaultMessageStore:
             )
             self.consume_queues[(topic, queue_id)] = cq
         return cq
-
-    def _dispatch(
-        self,
-        topic: str,
-        queue_id: int,
-        phys: int,
-        size: int,
-        tcode: int,
-        store_ts: int,
-        queue_offset: int,
-        keys: str | None,
-        uniq: str | None,
-        sys_flag: int,
-    ) -> None:
-        if not sys_flag & _TX_NOT_COUNTED:
-            self.find_consume_queue(topic, queue_id).put(phys, size, tcode, queue_offset)
-        if self._index_inline and (keys or uniq):
-            self.index.build_index(topic, keys, uniq, phys, store_ts, sys_flag)
 
     def _check_topic(self, topic: str) -> bool:
         """A topic names a ConsumeQueue directory. Topics over 127 bytes are stored as v2 records

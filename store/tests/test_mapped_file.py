@@ -191,6 +191,41 @@ def test_write_buffer_stages_appends_until_commit_and_never_maps_a_page(tmp_path
         f.close()
 
 
+def test_commit_writes_the_first_size_last(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A commit stopped after its first write (here a failing pwrite; in life a SIGKILL) leaves the
+    size field where the staged range starts zero, so recovery ends the log there rather than find
+    the first records of a batch without the rest; the next commit writes the whole range again."""
+    import rmqgate.store.mapped_file as mapped_file
+
+    f = MappedFile(tmp_path / offset_to_file_name(0), SIZE)
+    fd = os.open(f.path, os.O_RDONLY)
+    real_pwrite = os.pwrite
+    calls: list[int] = []
+
+    def pwrite_once(fd_: int, data: memoryview, at: int) -> int:
+        calls.append(at)
+        if len(calls) > 1:
+            raise OSError(5, "Input/output error")
+        return real_pwrite(fd_, data, at)
+
+    try:
+        f.write_buffer = bytearray(4 * PAGE_SIZE)
+        data = os.urandom(3000)
+        f.append(data)
+        monkeypatch.setattr(mapped_file.os, "pwrite", pwrite_once)
+        with pytest.raises(OSError):
+            f.commit()
+        assert calls == [4, 0]  # everything after the first size, then the size
+        assert os.pread(fd, 4, 0) == bytes(4) and os.pread(fd, 2996, 4) == data[4:]
+        assert f.committed_position == 0 and f.read_position == 0
+        monkeypatch.setattr(mapped_file.os, "pwrite", real_pwrite)
+        assert f.commit() == 3000
+        assert os.pread(fd, 3000, 0) == data
+    finally:
+        os.close(fd)
+        f.close()
+
+
 @pytest.mark.parametrize("call", ["release_pages", "populate", "sync_range"])
 def test_close_waits_for_a_running_msync_or_madvise(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, call: str
