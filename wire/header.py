@@ -4,7 +4,9 @@ A header class lists its fields in RocketMQ's order with ``wire(...)``; fields w
 ``@CFNotNull`` (required). ``@command_header`` turns the declaration into generated functions:
 ``from_ext`` / ``to_ext`` for the long Java field names and, when the class declares one-letter
 aliases (SendMessageRequestHeaderV2), ``from_ext_v2`` / ``to_ext_v2``. Generated code avoids any
-per-field reflection on the hot path, like construct's ``compile()``.
+per-field reflection on the hot path, like construct's ``compile()``. A number field says which Java
+type it is (``Integer`` or ``Long``): a value that type's parser would refuse (out of range, spaces,
+underscores) is refused with the field's name, as RocketMQ refuses the request.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import dataclasses
 import re
 import typing
 from collections.abc import Callable
-from typing import Any, ClassVar, TypeVar
+from typing import Annotated, Any, ClassVar, TypeVar
 
 from rmqgate.wire.errors import HeaderFieldError
 
@@ -50,6 +52,40 @@ def format_value(value: object) -> str:
     return str(value)
 
 
+class JavaNumber(typing.NamedTuple):
+    """The Java type of a number field: what ``Integer.parseInt`` / ``Long.parseLong`` accept."""
+
+    name: str
+    bits: int
+
+    def parser(self) -> Callable[[str], int]:
+        low, high = -(1 << (self.bits - 1)), (1 << (self.bits - 1)) - 1
+        name = self.name
+
+        def parse(text: str) -> int:
+            if text.isdigit() or _JAVA_DIGITS.fullmatch(text) is not None:  # isdigit: the usual case
+                try:
+                    value = int(text)
+                except ValueError:  # a digit int() does not take, e.g. a superscript (nor does Java)
+                    pass
+                else:
+                    if low <= value <= high:
+                        return value
+                    raise ValueError(f"is out of range of a Java {name} ({low}..{high})")
+            raise ValueError(f"is not a valid {name}")
+
+        return parse
+
+
+# Java's parsers take an optional sign and decimal digits (Character.digit: any Unicode Nd digit, as
+# \d here), nothing else; Python's int() would also take spaces and underscores.
+_JAVA_DIGITS = re.compile(r"[+-]?\d+")
+
+#: Field types: ``queue_id: Integer``, ``queue_offset: Long`` (an ``int`` to Python and to type checkers).
+Integer = Annotated[int, JavaNumber("Integer", 32)]
+Long = Annotated[int, JavaNumber("Long", 64)]
+
+
 class HeaderField(typing.NamedTuple):
     attr: str
     wire: str
@@ -57,6 +93,7 @@ class HeaderField(typing.NamedTuple):
     kind: type  # str, int or bool
     required: bool
     default: Any
+    java: JavaNumber | None  # for an int: Integer or Long
 
 
 class CommandHeader:
@@ -73,15 +110,23 @@ class CommandHeader:
         raise NotImplementedError
 
 
-_CONVERTERS = {str: "", int: "_int", bool: "_bool"}
+_KINDS = (str, int, bool)
 
 
-def _field_kind(hint: Any) -> type:
-    args = [a for a in typing.get_args(hint) if a is not type(None)] or [hint]
-    kind = args[0]
-    if kind not in _CONVERTERS:
+def _field_kind(hint: Any) -> tuple[type, JavaNumber | None]:
+    """(str, int or bool; the Java number type of an int) of a field's type hint."""
+    kind = hint
+    if typing.get_origin(hint) is not Annotated:  # X | None
+        kind = next((a for a in typing.get_args(hint) if a is not type(None)), hint)
+    java = None
+    if typing.get_origin(kind) is Annotated:
+        java = next((m for m in kind.__metadata__ if isinstance(m, JavaNumber)), None)
+        kind = typing.get_args(kind)[0]
+    if kind not in _KINDS:
         raise TypeError(f"unsupported header field type {hint!r}")
-    return kind
+    if kind is int and java is None:
+        raise TypeError(f"header field type {hint!r}: declare the Java type, Integer or Long")
+    return kind, java
 
 
 def _gen_decoder(
@@ -91,15 +136,14 @@ def _gen_decoder(
     args = []
     for i, f in enumerate(fields):
         key = f.alias if use_alias and f.alias else f.wire
-        conv = _CONVERTERS[f.kind]
         var = f"v{i}"
         args.append(var)
         if f.required:
             lines.append(f"        {var} = ext[{key!r}]")
             if f.kind is int:
-                lines.append(f"        {var} = _int({var}) if (w := _ints({var})) is None else w")
-            elif conv:
-                lines.append(f"        {var} = {conv}({var})")
+                lines.append(f"        {var} = _p{i}({var}) if (w := _ints({var})) is None else w")
+            elif f.kind is bool:
+                lines.append(f"        {var} = _bool({var})")
         elif f.kind is bool:  # a dict hit for the usual spellings, parse_bool for the rest
             lines.append(f"        {var} = g({key!r})")
             lines.append(
@@ -108,7 +152,7 @@ def _gen_decoder(
         elif f.kind is int:
             lines.append(f"        {var} = g({key!r})")
             lines.append(
-                f"        {var} = _d{i} if {var} is None else (_int({var}) if (w := _ints({var})) is None else w)"
+                f"        {var} = _d{i} if {var} is None else (_p{i}({var}) if (w := _ints({var})) is None else w)"
             )
         else:
             lines.append(f"        {var} = g({key!r})")
@@ -120,7 +164,6 @@ def _gen_decoder(
     lines.append("        raise _error(_cls, ext, exc, False) from None")
     namespace: dict[str, Any] = {
         "_cls": cls,
-        "_int": int,
         "_ints": _SMALL_INTS.get,
         "_bool": parse_bool,
         "_bools": _BOOL_SPELLINGS,
@@ -128,6 +171,8 @@ def _gen_decoder(
     }
     for i, f in enumerate(fields):
         namespace[f"_d{i}"] = None if f.required else f.default
+        if f.java is not None:
+            namespace[f"_p{i}"] = f.java.parser()
     exec("\n".join(lines), namespace)
     return namespace["decode"]
 
@@ -155,11 +200,10 @@ def _field_error(cls: type, ext: dict[str, str], exc: Exception, missing: bool) 
             if value is None or f.kind is str:
                 continue
             try:
-                (int if f.kind is int else parse_bool)(value)
-            except (ValueError, TypeError, AttributeError):
-                return HeaderFieldError(
-                    f"{cls.__name__}: field {key!r} = {value!r} is not a valid {f.kind.__name__}"
-                )
+                f.java.parser()(value) if f.java is not None else parse_bool(value)
+            except (ValueError, TypeError, AttributeError) as bad:
+                why = bad.args[0] if isinstance(bad, ValueError) else f"is not a valid {f.kind.__name__}"
+                return HeaderFieldError(f"{cls.__name__}: field {key!r} = {value!r} {why}")
     return HeaderFieldError(f"{cls.__name__}: {exc}")
 
 
@@ -169,18 +213,20 @@ C = TypeVar("C", bound=type)
 def command_header(cls: C) -> C:
     """Make ``cls`` a slotted dataclass with generated extFields codecs."""
     cls = dataclasses.dataclass(slots=True)(cls)
-    hints = typing.get_type_hints(cls)
+    hints = typing.get_type_hints(cls, include_extras=True)
     fields = []
     for f in dataclasses.fields(cls):
         meta = f.metadata
+        kind, java = _field_kind(hints[f.name])
         fields.append(
             HeaderField(
                 attr=f.name,
                 wire=meta.get("wire") or _camel(f.name),
                 alias=meta.get("alias"),
-                kind=_field_kind(hints[f.name]),
+                kind=kind,
                 required=f.default is _MISSING and f.default_factory is _MISSING,
                 default=None if f.default is _MISSING else f.default,
+                java=java,
             )
         )
     declared = tuple(fields)

@@ -10,7 +10,7 @@ demand it — extFields is a map, so order never reaches the wire. ``REQUEST_HEA
 from __future__ import annotations
 
 from rmqgate.wire.codes import RequestCode
-from rmqgate.wire.header import CommandHeader, command_header, wire
+from rmqgate.wire.header import CommandHeader, Integer, Long, command_header, wire
 
 
 # --- send (§3.1) ---------------------------------------------------------------------------------
@@ -21,15 +21,15 @@ class SendMessageRequestHeader(CommandHeader):
     producer_group: str = wire(alias="a")
     topic: str = wire(alias="b")
     default_topic: str = wire(alias="c")
-    default_topic_queue_nums: int = wire(alias="d")
-    queue_id: int = wire(alias="e")
-    sys_flag: int = wire(alias="f")
-    born_timestamp: int = wire(alias="g")
-    flag: int = wire(alias="h")
+    default_topic_queue_nums: Integer = wire(alias="d")
+    queue_id: Integer = wire(alias="e")
+    sys_flag: Integer = wire(alias="f")
+    born_timestamp: Long = wire(alias="g")
+    flag: Integer = wire(alias="h")
     properties: str | None = wire(alias="i", default=None)
-    reconsume_times: int | None = wire(alias="j", default=None)
+    reconsume_times: Integer | None = wire(alias="j", default=None)
     unit_mode: bool = wire(alias="k", default=False)
-    max_reconsume_times: int | None = wire(alias="l", default=None)
+    max_reconsume_times: Integer | None = wire(alias="l", default=None)
     batch: bool = wire(alias="m", default=False)
     bname: str | None = wire(alias="n", default=None)
 
@@ -37,8 +37,8 @@ class SendMessageRequestHeader(CommandHeader):
 @command_header
 class SendMessageResponseHeader(CommandHeader):
     msg_id: str
-    queue_id: int
-    queue_offset: int
+    queue_id: Integer
+    queue_offset: Long
     transaction_id: str | None = None
     batch_uniq_id: str | None = None  # 5.x
     recall_handle: str | None = None  # 5.x
@@ -51,31 +51,31 @@ class PullMessageRequestHeader(CommandHeader):
 
     consumer_group: str
     topic: str
-    queue_id: int
-    queue_offset: int
-    max_msg_nums: int
-    sys_flag: int
-    commit_offset: int
-    suspend_timeout_millis: int
-    sub_version: int
+    queue_id: Integer
+    queue_offset: Long
+    max_msg_nums: Integer
+    sys_flag: Integer
+    commit_offset: Long
+    suspend_timeout_millis: Long
+    sub_version: Long
     subscription: str | None = None
     expression_type: str | None = None
-    max_msg_bytes: int | None = None  # 5.x
-    request_source: int | None = None  # 5.x
+    max_msg_bytes: Integer | None = None  # 5.x
+    request_source: Integer | None = None  # 5.x
     proxy_froward_client_id: str | None = None  # 5.x (sic)
     bname: str | None = None
 
 
 @command_header
 class PullMessageResponseHeader(CommandHeader):
-    suggest_which_broker_id: int
-    next_begin_offset: int
-    min_offset: int
-    max_offset: int
-    offset_delta: int | None = None  # 5.x
-    topic_sys_flag: int | None = None  # 5.x
-    group_sys_flag: int | None = None  # 5.x
-    forbidden_type: int | None = None  # 5.x
+    suggest_which_broker_id: Long
+    next_begin_offset: Long
+    min_offset: Long
+    max_offset: Long
+    offset_delta: Long | None = None  # 5.x
+    topic_sys_flag: Integer | None = None  # 5.x
+    group_sys_flag: Integer | None = None  # 5.x
+    forbidden_type: Integer | None = None  # 5.x
 
 
 # --- offsets (§3.3) ------------------------------------------------------------------------------
@@ -83,94 +83,94 @@ class PullMessageResponseHeader(CommandHeader):
 class QueryConsumerOffsetRequestHeader(CommandHeader):
     consumer_group: str
     topic: str
-    queue_id: int
+    queue_id: Integer
     set_zero_if_not_found: bool | None = None  # 5.x
     bname: str | None = None
 
 
 @command_header
 class QueryConsumerOffsetResponseHeader(CommandHeader):
-    offset: int
+    offset: Long
 
 
 @command_header
 class UpdateConsumerOffsetRequestHeader(CommandHeader):
     consumer_group: str
     topic: str
-    queue_id: int
-    commit_offset: int
+    queue_id: Integer
+    commit_offset: Long
     bname: str | None = None
 
 
 @command_header
 class GetMaxOffsetRequestHeader(CommandHeader):
     topic: str
-    queue_id: int
+    queue_id: Integer
     committed: bool | None = None  # 5.x; absent means true
     bname: str | None = None
 
 
 @command_header
 class GetMaxOffsetResponseHeader(CommandHeader):
-    offset: int
+    offset: Long
 
 
 @command_header
 class GetMinOffsetRequestHeader(CommandHeader):
     topic: str
-    queue_id: int
+    queue_id: Integer
     bname: str | None = None
 
 
 @command_header
 class GetMinOffsetResponseHeader(CommandHeader):
-    offset: int
+    offset: Long
 
 
 @command_header
 class GetEarliestMsgStoretimeRequestHeader(CommandHeader):
     topic: str
-    queue_id: int
+    queue_id: Integer
     bname: str | None = None
 
 
 @command_header
 class GetEarliestMsgStoretimeResponseHeader(CommandHeader):
-    timestamp: int
+    timestamp: Long
 
 
 @command_header
 class SearchOffsetRequestHeader(CommandHeader):
     topic: str
-    queue_id: int
-    timestamp: int
+    queue_id: Integer
+    timestamp: Long
     bname: str | None = None
 
 
 @command_header
 class SearchOffsetResponseHeader(CommandHeader):
-    offset: int
+    offset: Long
 
 
 # --- query / view (§3.4) -------------------------------------------------------------------------
 @command_header
 class ViewMessageRequestHeader(CommandHeader):
-    offset: int
+    offset: Long
 
 
 @command_header
 class QueryMessageRequestHeader(CommandHeader):
     topic: str
     key: str
-    max_num: int
-    begin_timestamp: int
-    end_timestamp: int
+    max_num: Integer
+    begin_timestamp: Long
+    end_timestamp: Long
 
 
 @command_header
 class QueryMessageResponseHeader(CommandHeader):
-    index_last_update_timestamp: int
-    index_last_update_phyoffset: int
+    index_last_update_timestamp: Long
+    index_last_update_phyoffset: Long
 
 
 # --- client management (§3.5) --------------------------------------------------------------------
@@ -193,13 +193,13 @@ class NotifyConsumerIdsChangedRequestHeader(CommandHeader):
 
 @command_header
 class ConsumerSendMsgBackRequestHeader(CommandHeader):
-    offset: int
+    offset: Long
     group: str
-    delay_level: int
+    delay_level: Integer
     origin_msg_id: str | None = None
     origin_topic: str | None = None
     unit_mode: bool = False
-    max_reconsume_times: int | None = None
+    max_reconsume_times: Integer | None = None
     bname: str | None = None
 
 
@@ -207,9 +207,9 @@ class ConsumerSendMsgBackRequestHeader(CommandHeader):
 @command_header
 class EndTransactionRequestHeader(CommandHeader):
     producer_group: str
-    tran_state_table_offset: int
-    commit_log_offset: int
-    commit_or_rollback: int
+    tran_state_table_offset: Long
+    commit_log_offset: Long
+    commit_or_rollback: Integer
     msg_id: str
     from_transaction_check: bool = False
     transaction_id: str | None = None
@@ -221,8 +221,8 @@ class EndTransactionRequestHeader(CommandHeader):
 class CheckTransactionStateRequestHeader(CommandHeader):
     """Broker -> producer (oneway)."""
 
-    tran_state_table_offset: int
-    commit_log_offset: int
+    tran_state_table_offset: Long
+    commit_log_offset: Long
     msg_id: str | None = None
     transaction_id: str | None = None
     offset_msg_id: str | None = None
@@ -235,12 +235,12 @@ class CheckTransactionStateRequestHeader(CommandHeader):
 class CreateTopicRequestHeader(CommandHeader):
     topic: str
     default_topic: str
-    read_queue_nums: int
-    write_queue_nums: int
-    perm: int
+    read_queue_nums: Integer
+    write_queue_nums: Integer
+    perm: Integer
     topic_filter_type: str
     order: bool
-    topic_sys_flag: int | None = None
+    topic_sys_flag: Integer | None = None
     attributes: str | None = None  # 5.x
     force: bool | None = None  # 5.x
 
@@ -291,10 +291,10 @@ class ResetOffsetRequestHeader(CommandHeader):
 
     topic: str
     group: str
-    timestamp: int
+    timestamp: Long
     is_force: bool
-    queue_id: int | None = None  # 5.x; absent means every queue (-1)
-    offset: int | None = None  # 5.x
+    queue_id: Integer | None = None  # 5.x; absent means every queue (-1)
+    offset: Long | None = None  # 5.x
 
 
 @command_header
@@ -319,11 +319,11 @@ class RegisterBrokerRequestHeader(CommandHeader):
     broker_addr: str
     cluster_name: str
     ha_server_addr: str
-    broker_id: int
-    heartbeat_timeout_millis: int | None = None  # 5.x
+    broker_id: Long
+    heartbeat_timeout_millis: Long | None = None  # 5.x
     enable_acting_master: bool | None = None  # 5.x
     compressed: bool = False
-    body_crc32: int = 0
+    body_crc32: Integer = 0
 
 
 @command_header
@@ -337,7 +337,7 @@ class UnRegisterBrokerRequestHeader(CommandHeader):
     broker_name: str
     broker_addr: str
     cluster_name: str
-    broker_id: int
+    broker_id: Long
 
 
 @command_header
@@ -345,7 +345,7 @@ class QueryDataVersionRequestHeader(CommandHeader):
     broker_name: str
     broker_addr: str
     cluster_name: str
-    broker_id: int
+    broker_id: Long
 
 
 @command_header
@@ -408,7 +408,7 @@ class WipeWritePermOfBrokerRequestHeader(CommandHeader):
 
 @command_header
 class WipeWritePermOfBrokerResponseHeader(CommandHeader):
-    wipe_topic_count: int
+    wipe_topic_count: Integer
 
 
 @command_header
@@ -418,7 +418,7 @@ class AddWritePermOfBrokerRequestHeader(CommandHeader):
 
 @command_header
 class AddWritePermOfBrokerResponseHeader(CommandHeader):
-    add_topic_count: int
+    add_topic_count: Integer
 
 
 # --- registry ------------------------------------------------------------------------------------

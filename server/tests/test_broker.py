@@ -216,6 +216,17 @@ async def test_send_validation(Broker) -> None:
         del missing.ext_fields["b"]
         resp = await c.invoke(missing)
         assert resp.code == ResponseCode.SYSTEM_ERROR and "'b'" in resp.remark
+        resp = await c.invoke(send_v2("T", queue_id=2**32))  # Integer.parseInt refuses it
+        assert resp.code == ResponseCode.SYSTEM_ERROR and "'e' = '4294967296' is out of range" in resp.remark
+        pull = pull_cmd("T", 0)
+        pull.ext_fields["queueOffset"] = str(2**63)
+        resp = await c.invoke(pull)
+        assert (
+            resp.code == ResponseCode.SYSTEM_ERROR
+            and "'queueOffset'" in resp.remark
+            and "Long" in resp.remark
+        )
+        assert (await c.invoke(send_v2("T", queue_id=1))).code == 0  # the connection is still served
         await c.aclose()
 
 

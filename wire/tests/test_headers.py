@@ -15,7 +15,7 @@ from rmqgate.tools.pcap import read_frames
 from rmqgate.wire.codes import RequestCode, ResponseCode
 from rmqgate.wire.command import RemotingCommand
 from rmqgate.wire.errors import HeaderFieldError
-from rmqgate.wire.header import CommandHeader
+from rmqgate.wire.header import CommandHeader, HeaderField, command_header
 from rmqgate.wire.headers import (
     REQUEST_HEADERS,
     RESPONSE_HEADERS,
@@ -101,6 +101,47 @@ JAVA_FIELDS: dict[type[CommandHeader], dict[str, bool]] = {
 @pytest.mark.parametrize("cls", list(JAVA_FIELDS), ids=lambda c: c.__name__)
 def test_java_names_and_required_fields(cls: type[CommandHeader]) -> None:
     assert {f.wire: f.required for f in cls.FIELDS} == JAVA_FIELDS[cls]
+
+
+# Java field name -> Integer or Long (PROTOCOL.md §3), for the number fields of the busiest headers.
+JAVA_NUMBERS: dict[type[CommandHeader], dict[str, str]] = {
+    SendMessageRequestHeader: {
+        "defaultTopicQueueNums": "Integer",
+        "queueId": "Integer",
+        "sysFlag": "Integer",
+        "bornTimestamp": "Long",
+        "flag": "Integer",
+        "reconsumeTimes": "Integer",
+        "maxReconsumeTimes": "Integer",
+    },
+    PullMessageRequestHeader: {
+        "queueId": "Integer",
+        "queueOffset": "Long",
+        "maxMsgNums": "Integer",
+        "sysFlag": "Integer",
+        "commitOffset": "Long",
+        "suspendTimeoutMillis": "Long",
+        "subVersion": "Long",
+        "maxMsgBytes": "Integer",
+        "requestSource": "Integer",
+    },
+    EndTransactionRequestHeader: {
+        "tranStateTableOffset": "Long",
+        "commitLogOffset": "Long",
+        "commitOrRollback": "Integer",
+    },
+    RegisterBrokerRequestHeader: {
+        "brokerId": "Long",
+        "heartbeatTimeoutMillis": "Long",
+        "bodyCrc32": "Integer",
+    },
+}
+
+
+@pytest.mark.parametrize("cls", list(JAVA_NUMBERS), ids=lambda c: c.__name__)
+def test_number_fields_declare_the_java_type(cls: type[CommandHeader]) -> None:
+    assert {f.wire: f.java.name for f in cls.FIELDS if f.java is not None} == JAVA_NUMBERS[cls]
+    assert all(f.java is not None for cls in ALL_CLASSES for f in cls.FIELDS if f.kind is int)
 
 
 def test_v2_aliases_are_the_java_letters() -> None:
@@ -194,6 +235,42 @@ def test_missing_and_malformed_fields_name_the_field() -> None:
         decode_request_header(RequestCode.GET_MAX_OFFSET, {"topic": "T", "queueId": ""})
     with pytest.raises(HeaderFieldError, match="'topic'"):
         decode_request_header(RequestCode.GET_ROUTEINFO_BY_TOPIC, None)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "accepted"),
+    [
+        ("e", "2147483647", True),  # queueId: Integer.MAX_VALUE
+        ("e", "-2147483648", True),
+        ("e", "+7", True),  # Integer.parseInt takes a plus sign
+        ("e", "2147483648", False),  # one past: Java's NumberFormatException
+        ("e", "-2147483649", False),
+        ("e", " 1", False),  # Python's int() takes these; Java does not
+        ("e", "1_0", False),
+        ("e", "0x10", False),
+        ("g", "9223372036854775807", True),  # bornTimestamp: Long.MAX_VALUE
+        ("g", "9223372036854775808", False),
+        ("g", "2147483648", True),
+    ],
+)
+def test_numbers_are_parsed_as_java_parses_them(field: str, value: str, accepted: bool) -> None:
+    if accepted:
+        header = SendMessageRequestHeader.from_ext_v2({**SEND_V2, field: value})
+        assert header.to_ext_v2()[field] == str(int(value))
+    else:
+        java = "Integer" if field == "e" else "Long"
+        with pytest.raises(
+            HeaderFieldError, match=f"'{field}' = '{value}' is (out of range of a Java|not a valid) {java}"
+        ):
+            SendMessageRequestHeader.from_ext_v2({**SEND_V2, field: value})
+
+
+def test_an_int_field_without_a_java_type_is_refused() -> None:
+    with pytest.raises(TypeError, match="Integer or Long"):
+
+        @command_header
+        class Bad(CommandHeader):
+            count: int
 
 
 def test_defaults_of_optional_fields() -> None:
@@ -304,15 +381,21 @@ def test_every_successful_response_header_in_the_corpus_decodes(exchanges: list[
 
 _VALUES = {
     str: st.text(st.characters(codec="utf-8"), max_size=10),
-    int: st.integers(-(2**63), 2**63 - 1),
     bool: st.booleans(),
 }
+
+
+def _values(f: HeaderField) -> st.SearchStrategy[Any]:
+    if f.java is None:
+        return _VALUES[f.kind]
+    half = 1 << (f.java.bits - 1)
+    return st.integers(-half, half - 1)
 
 
 def _instances(cls: type[CommandHeader]) -> st.SearchStrategy[CommandHeader]:
     fields = {}
     for f in cls.FIELDS:
-        value = _VALUES[f.kind]
+        value = _values(f)
         fields[f.attr] = value if f.required or f.default is not None else st.none() | value
     return st.fixed_dictionaries(fields).map(lambda kw: cls(**kw))
 
