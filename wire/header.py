@@ -53,37 +53,41 @@ def format_value(value: object) -> str:
 
 
 class JavaNumber(typing.NamedTuple):
-    """The Java type of a number field: what ``Integer.parseInt`` / ``Long.parseLong`` accept."""
+    """The Java type of a number field, and its parser: what ``Integer.parseInt`` / ``Long.parseLong``
+    accept (a ValueError saying why otherwise)."""
 
     name: str
-    bits: int
-
-    def parser(self) -> Callable[[str], int]:
-        low, high = -(1 << (self.bits - 1)), (1 << (self.bits - 1)) - 1
-        name = self.name
-
-        def parse(text: str) -> int:
-            if text.isdigit() or _JAVA_DIGITS.fullmatch(text) is not None:  # isdigit: the usual case
-                try:
-                    value = int(text)
-                except ValueError:  # a digit int() does not take, e.g. a superscript (nor does Java)
-                    pass
-                else:
-                    if low <= value <= high:
-                        return value
-                    raise ValueError(f"is out of range of a Java {name} ({low}..{high})")
-            raise ValueError(f"is not a valid {name}")
-
-        return parse
+    low: int
+    high: int
+    parse: Callable[[str], int]
 
 
 # Java's parsers take an optional sign and decimal digits (Character.digit: any Unicode Nd digit, as
 # \d here), nothing else; Python's int() would also take spaces and underscores.
 _JAVA_DIGITS = re.compile(r"[+-]?\d+")
 
+
+def _java_number(name: str, bits: int) -> JavaNumber:
+    low, high = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+
+    def parse(text: str) -> int:
+        if text.isdigit() or _JAVA_DIGITS.fullmatch(text) is not None:  # isdigit: the usual case
+            try:
+                value = int(text)
+            except ValueError:  # a digit int() does not take, e.g. a superscript (nor does Java)
+                pass
+            else:
+                if low <= value <= high:
+                    return value
+                raise ValueError(f"is out of range of a Java {name} ({low}..{high})")
+        raise ValueError(f"is not a valid {name}")
+
+    return JavaNumber(name, low, high, parse)
+
+
 #: Field types: ``queue_id: Integer``, ``queue_offset: Long`` (an ``int`` to Python and to type checkers).
-Integer = Annotated[int, JavaNumber("Integer", 32)]
-Long = Annotated[int, JavaNumber("Long", 64)]
+Integer = Annotated[int, _java_number("Integer", 32)]
+Long = Annotated[int, _java_number("Long", 64)]
 
 
 class HeaderField(typing.NamedTuple):
@@ -172,7 +176,7 @@ def _gen_decoder(
     for i, f in enumerate(fields):
         namespace[f"_d{i}"] = None if f.required else f.default
         if f.java is not None:
-            namespace[f"_p{i}"] = f.java.parser()
+            namespace[f"_p{i}"] = f.java.parse
     exec("\n".join(lines), namespace)
     return namespace["decode"]
 
@@ -200,7 +204,7 @@ def _field_error(cls: type, ext: dict[str, str], exc: Exception, missing: bool) 
             if value is None or f.kind is str:
                 continue
             try:
-                f.java.parser()(value) if f.java is not None else parse_bool(value)
+                f.java.parse(value) if f.java is not None else parse_bool(value)
             except (ValueError, TypeError, AttributeError) as bad:
                 why = bad.args[0] if isinstance(bad, ValueError) else f"is not a valid {f.kind.__name__}"
                 return HeaderFieldError(f"{cls.__name__}: field {key!r} = {value!r} {why}")
