@@ -1,8 +1,9 @@
 """JSON request/response bodies (route data, heartbeats, locks, admin tables), declared once.
 
 A body is a slotted dataclass decorated with ``@json_body``; each field's JSON name is its attribute
-in camelCase unless ``jfield(name)`` says otherwise, and its type hint drives decoding: str, int,
-bool, float, nested bodies, ``list[...]``, ``dict[str|int|MessageQueue, ...]``, ``Any`` (kept as
+in camelCase unless ``jfield(name)`` says otherwise, and its type hint drives decoding: str,
+``Integer`` or ``Long`` (the Java type of a number, whose range it must be within), bool, float,
+nested bodies, ``list[...]``, ``dict[str|Integer|Long|MessageQueue, ...]``, ``Any`` (kept as
 parsed). Decoding is as lenient as fastjson (numbers given as strings, enums as names or ordinals,
 missing fields take the Java defaults, unknown fields are ignored) and raises ``BodyError`` naming the
 field path on anything else. ``None`` fields are left out when encoding, so optional 5.x fields only
@@ -17,13 +18,15 @@ import types
 import typing
 import zlib
 from collections.abc import Callable
-from typing import Any, ClassVar, TypeVar
+from functools import cache
+from typing import Annotated, Any, ClassVar, TypeVar
 
 from construct import ConstructError, GreedyBytes, Int32sb, PascalString, PrefixedArray, Struct
 
 from rmqgate.wire.codes import LanguageCode
 from rmqgate.wire.errors import BodyError
 from rmqgate.wire.fastjson import ObjectKey, dumps, loads
+from rmqgate.wire.header import Integer, JavaNumber, Long
 
 T = TypeVar("T")
 _MISSING = dataclasses.MISSING
@@ -97,6 +100,33 @@ def _dec_int(value: Any, path: str) -> int:
     raise BodyError(f"{path}: expected an integer, got {value!r}")
 
 
+@cache
+def _java_number_decoder(java: JavaNumber) -> Decoder:
+    """``_dec_int`` within a Java type's range: fastjson's int and long codecs refuse an overflow
+    ("parseInt error" / "parseLong error") instead of wrapping it."""
+    low, high = java.low, java.high
+
+    def decode(value: Any, path: str) -> int:
+        number = _dec_int(value, path)
+        if low <= number <= high:
+            return number
+        raise BodyError(f"{path}: {number} is out of range of a Java {java.name} ({low}..{high})")
+
+    return decode
+
+
+def _number_decoder(hint: Any) -> Decoder | None:
+    """The decoder of an ``Integer`` or ``Long`` hint; None for any other hint. A bare ``int`` is a
+    declaration error: each number says which Java type it is."""
+    if hint is int:
+        raise TypeError("body number field: declare the Java type, Integer or Long")
+    if typing.get_origin(hint) is Annotated:
+        java = next((m for m in hint.__metadata__ if isinstance(m, JavaNumber)), None)
+        if java is not None and typing.get_args(hint)[0] is int:
+            return _java_number_decoder(java)
+    return None
+
+
 def _dec_float(value: Any, path: str) -> float:
     if isinstance(value, int | float) and not isinstance(value, bool):
         return float(value)
@@ -147,8 +177,9 @@ def _enum_decoder(names: tuple[str, ...], enum_name: str) -> Decoder:
 def _key_decoder(kind: Any) -> Decoder:
     if kind is str:
         return _dec_str
-    if kind is int:
-        return _dec_int
+    number = _number_decoder(kind)
+    if number is not None:
+        return number
     if isinstance(kind, type) and hasattr(kind, "__json_fields__"):
 
         def decode_object_key(key: Any, path: str) -> Any:
@@ -187,8 +218,9 @@ def _codec(hint: Any, enum: tuple[str, ...] | None, enum_name: str) -> tuple[Dec
         return _dec_str, _enc_plain
     if hint is bool:
         return _dec_bool, _enc_plain
-    if hint is int:
-        return _dec_int, _enc_plain
+    number = _number_decoder(hint)
+    if number is not None:
+        return number, _enc_plain
     if hint is float:
         return _dec_float, _enc_plain
     if isinstance(hint, type) and hasattr(hint, "__json_fields__"):
@@ -318,7 +350,7 @@ def json_body(cls: B | None = None, *, frozen: bool = False) -> Any:
 
     def build(cls: B) -> B:
         cls = dataclasses.dataclass(slots=True, frozen=frozen)(cls)
-        hints = typing.get_type_hints(cls)
+        hints = typing.get_type_hints(cls, include_extras=True)
         fields = []
         for f in dataclasses.fields(cls):
             meta = f.metadata
@@ -337,24 +369,24 @@ def json_body(cls: B | None = None, *, frozen: bool = False) -> Any:
 class MessageQueue(JsonBody):
     topic: str | None = None
     broker_name: str | None = None
-    queue_id: int = 0
+    queue_id: Integer = 0
 
 
 @json_body
 class DataVersion(JsonBody):
-    timestamp: int = 0
-    counter: int = 0
-    state_version: int | None = None  # 5.x
+    timestamp: Long = 0
+    counter: Long = 0
+    state_version: Long | None = None  # 5.x
 
 
 @json_body
 class TopicConfig(JsonBody):
     topic_name: str | None = None
-    read_queue_nums: int = 16
-    write_queue_nums: int = 16
-    perm: int = 6
+    read_queue_nums: Integer = 16
+    write_queue_nums: Integer = 16
+    perm: Integer = 6
     topic_filter_type: str = jfield(default="SINGLE_TAG", enum=TOPIC_FILTER_TYPE)
-    topic_sys_flag: int = 0
+    topic_sys_flag: Integer = 0
     order: bool = False
     attributes: dict[str, str] | None = None  # 5.x
 
@@ -371,17 +403,17 @@ class TopicConfigSerializeWrapper(JsonBody):
 @json_body
 class QueueData(JsonBody):
     broker_name: str | None = None
-    read_queue_nums: int = 0
-    write_queue_nums: int = 0
-    perm: int = 0
-    topic_sys_flag: int = jfield(default=0, aliases=("topicSynFlag",))  # topicSynFlag up to 4.8
+    read_queue_nums: Integer = 0
+    write_queue_nums: Integer = 0
+    perm: Integer = 0
+    topic_sys_flag: Integer = jfield(default=0, aliases=("topicSynFlag",))  # topicSynFlag up to 4.8
 
 
 @json_body
 class BrokerData(JsonBody):
     cluster: str | None = None
     broker_name: str | None = None
-    broker_addrs: dict[int, str] = jfield(default_factory=dict)
+    broker_addrs: dict[Long, str] = jfield(default_factory=dict)
     zone_name: str | None = None  # 5.x
     enable_acting_master: bool | None = None  # 5.x
 
@@ -424,8 +456,8 @@ class SubscriptionData(JsonBody):
     topic: str | None = None
     sub_string: str | None = None
     tags_set: list[str] = jfield(default_factory=list)
-    code_set: list[int] = jfield(default_factory=list)
-    sub_version: int = 0
+    code_set: list[Integer] = jfield(default_factory=list)
+    sub_version: Long = 0
     expression_type: str = "TAG"
 
 
@@ -444,7 +476,7 @@ class HeartbeatData(JsonBody):
     client_id: str | None = jfield("clientID", aliases=("clientId",))
     producer_data_set: list[ProducerData] = jfield(default_factory=list)
     consumer_data_set: list[ConsumerData] = jfield(default_factory=list)
-    heartbeat_fingerprint: int | None = None  # 5.x
+    heartbeat_fingerprint: Integer | None = None  # 5.x
     without_sub: bool | None = jfield("withoutSub", aliases=("isWithoutSub",))  # 5.x
 
 
@@ -487,7 +519,7 @@ class Connection(JsonBody):
     client_id: str | None = None
     client_addr: str | None = None
     language: str | None = jfield(enum=LANGUAGE_CODE)
-    version: int = 0
+    version: Integer = 0
 
 
 @json_body
@@ -511,16 +543,16 @@ class SubscriptionGroupConfig(JsonBody):
     consume_enable: bool = True
     consume_from_min_enable: bool = True
     consume_broadcast_enable: bool = True
-    retry_queue_nums: int = 1
-    retry_max_times: int = 16
-    broker_id: int = 0
-    which_broker_when_consume_slowly: int = 1
+    retry_queue_nums: Integer = 1
+    retry_max_times: Integer = 16
+    broker_id: Long = 0
+    which_broker_when_consume_slowly: Long = 1
     notify_consumer_ids_changed_enable: bool = True
     # 5.x additions, written only when set
     consume_message_orderly: bool | None = None
     group_retry_policy: Any = None
-    group_sys_flag: int | None = None
-    consume_timeout_minute: int | None = None
+    group_sys_flag: Integer | None = None
+    consume_timeout_minute: Integer | None = None
     subscription_data_set: Any = None
     attributes: dict[str, str] | None = None
 
@@ -537,7 +569,7 @@ class SubscriptionGroupWrapper(JsonBody):
 class ConsumerOffsetSerializeWrapper(JsonBody):
     """GET_ALL_CONSUMER_OFFSET body and consumerOffset.json: ``"topic@group" -> {queueId: offset}``."""
 
-    offset_table: dict[str, dict[int, int]] = jfield(default_factory=dict)
+    offset_table: dict[str, dict[Integer, Long]] = jfield(default_factory=dict)
 
 
 @json_body
@@ -546,15 +578,15 @@ class OffsetMovedEvent(JsonBody):
 
     consumer_group: str | None = None
     message_queue: MessageQueue | None = None
-    offset_request: int = 0
-    offset_new: int = 0
+    offset_request: Long = 0
+    offset_new: Long = 0
 
 
 @json_body
 class TopicOffset(JsonBody):
-    min_offset: int = 0
-    max_offset: int = 0
-    last_update_timestamp: int = 0
+    min_offset: Long = 0
+    max_offset: Long = 0
+    last_update_timestamp: Long = 0
 
 
 @json_body
@@ -564,9 +596,9 @@ class TopicStatsTable(JsonBody):
 
 @json_body
 class OffsetWrapper(JsonBody):
-    broker_offset: int = 0
-    consumer_offset: int = 0
-    last_timestamp: int = 0
+    broker_offset: Long = 0
+    consumer_offset: Long = 0
+    last_timestamp: Long = 0
 
 
 @json_body
@@ -591,19 +623,21 @@ CompressedRegisterBrokerBody = Struct(
 MAX_INFLATED_REGISTER_BODY = 256 * 1024 * 1024
 
 
+_TOPIC_CONFIG_FIELDS = {f.json: f.decode for f in TopicConfig.__json_fields__}
+
+
 def _topic_config_from_line(line: str, path: str) -> TopicConfig:
     parts = line.split(" ", 5)
     if len(parts) < 5:
         raise BodyError(f"{path}: {line!r} is not 'name readQueueNums writeQueueNums perm filterType'")
     name, read, write, perm, filter_type = parts[:5]
+    fields = _TOPIC_CONFIG_FIELDS
     config = TopicConfig(
         topic_name=name,
-        read_queue_nums=_dec_int(read, f"{path}.readQueueNums"),
-        write_queue_nums=_dec_int(write, f"{path}.writeQueueNums"),
-        perm=_dec_int(perm, f"{path}.perm"),
-        topic_filter_type=_enum_decoder(TOPIC_FILTER_TYPE, "TopicFilterType")(
-            filter_type, f"{path}.filterType"
-        ),
+        read_queue_nums=fields["readQueueNums"](read, f"{path}.readQueueNums"),
+        write_queue_nums=fields["writeQueueNums"](write, f"{path}.writeQueueNums"),
+        perm=fields["perm"](perm, f"{path}.perm"),
+        topic_filter_type=fields["topicFilterType"](filter_type, f"{path}.filterType"),
     )
     if len(parts) == 6 and parts[5]:
         attributes = loads(parts[5])

@@ -242,6 +242,14 @@ async def test_badly_typed_json_bodies_are_refused_naming_the_field(Broker, capl
             (R.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {"groupName": "SGX", "retryQueueNums": "many"}, "retryQueueNums"),
             (R.LOCK_BATCH_MQ, {"consumerGroup": "G", "clientId": "c", "mqSet": 5}, "mqSet"),
             (R.HEART_BEAT, {"clientID": "c", "consumerDataSet": [{"groupName": "G", "consumeType": {}}]}, "consumeType"),
+            # numbers past their Java type, which fastjson refuses as well (parseInt / parseLong error)
+            (R.LOCK_BATCH_MQ, {"consumerGroup": "G", "clientId": "c",
+                               "mqSet": [{"topic": "T", "brokerName": "b", "queueId": 2**32}]},
+             "mqSet[0].queueId: 4294967296 is out of range of a Java Integer"),
+            (R.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {"groupName": "SGX", "brokerId": str(2**63)},
+             "brokerId: 9223372036854775808 is out of range of a Java Long"),
+            (R.HEART_BEAT, {"clientID": "c", "consumerDataSet": [{"groupName": "G", "subscriptionDataSet": [
+                {"topic": "T", "subString": "*", "codeSet": [-(2**31) - 1]}]}]}, "codeSet[0]"),
         ]  # fmt: skip
         for code, body, field in cases:
             resp = await c.invoke(RemotingCommand.request(code, body=json.dumps(body).encode()))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import struct
 import tarfile
+import typing
 import zlib
 from pathlib import Path
 from typing import Any
@@ -48,10 +49,12 @@ from rmqgate.wire.bodies import (
     TopicRouteData,
     TopicStatsTable,
     UnlockBatchRequestBody,
+    json_body,
 )
 from rmqgate.wire.codes import RequestCode, ResponseCode
 from rmqgate.wire.errors import BodyError
 from rmqgate.wire.fastjson import loads
+from rmqgate.wire.header import JavaNumber
 
 # --- corpus --------------------------------------------------------------------------------------
 
@@ -368,11 +371,105 @@ def test_connections_and_tables() -> None:
         (HeartbeatData, None, "HeartbeatData: missing JSON body"),  # a request without its body
         (DataVersion, b'{"counter":', "DataVersion: "),  # not JSON: named too
         (LockBatchRequestBody, b"\xff{}", "LockBatchRequestBody: JSON body is not valid UTF-8"),
+        # past the Java type's range: fastjson's parseInt / parseLong errors, not a wrapped value
+        (
+            MessageQueue,
+            b'{"queueId":2147483648}',
+            "MessageQueue.queueId: 2147483648 is out of range of a Java Integer",
+        ),
+        (
+            MessageQueue,
+            b'{"queueId":"-2147483649"}',
+            "queueId: -2147483649 is out of range of a Java Integer",
+        ),
+        (
+            SubscriptionGroupConfig,
+            b'{"retryMaxTimes":4294967296.0}',
+            "retryMaxTimes: 4294967296 is out of range",
+        ),
+        (
+            DataVersion,
+            b'{"counter":9223372036854775808}',
+            "counter: 9223372036854775808 is out of range of a Java Long",
+        ),
+        (
+            ConsumerOffsetSerializeWrapper,
+            b'{"offsetTable":{"t@g":{4294967296:1}}}',
+            "offsetTable['t@g']['4294967296']: 4294967296 is out of range",
+        ),
+        (ConsumerOffsetSerializeWrapper, b'{"offsetTable":{"t@g":{0:-9223372036854775809}}}', "Java Long"),
+        (TopicRouteData, b'{"brokerDatas":[{"brokerAddrs":{"9223372036854775808":"a"}}]}', "brokerAddrs"),
+        (SubscriptionData, b'{"codeSet":[1,2147483648]}', "SubscriptionData.codeSet[1]"),
     ],
 )
 def test_malformed_bodies_name_the_field(cls: type[JsonBody], body: bytes | None, where: str) -> None:
     with pytest.raises(BodyError, match=where.replace("[", r"\[").replace("]", r"\]")):
         cls.from_json(body)
+
+
+@pytest.mark.parametrize(
+    ("cls", "obj"),
+    [
+        (MessageQueue, {"queueId": 2**31 - 1}),
+        (MessageQueue, {"queueId": -(2**31)}),
+        (DataVersion, {"timestamp": 2**63 - 1, "counter": -(2**63)}),
+        (
+            ConsumerOffsetSerializeWrapper,
+            {"offsetTable": {"t@g": {2**31 - 1: 2**63 - 1, -(2**31): -(2**63)}}},
+        ),
+        (SubscriptionData, {"codeSet": [2**31 - 1, -(2**31)], "subVersion": 2**63 - 1}),
+    ],
+)
+def test_body_numbers_take_their_java_range(cls: type[JsonBody], obj: dict[str, Any]) -> None:
+    body = cls.from_obj(obj)
+    assert body.to_obj() == {**cls().to_obj(), **obj}
+    assert cls.from_json(body.to_json()) == body
+
+
+_BODY_NUMBER_TYPES = {
+    (MessageQueue, "queue_id"): "Integer",
+    (DataVersion, "counter"): "Long",
+    (TopicConfig, "perm"): "Integer",
+    (QueueData, "topic_sys_flag"): "Integer",
+    (SubscriptionData, "sub_version"): "Long",
+    (HeartbeatData, "heartbeat_fingerprint"): "Integer",
+    (SubscriptionGroupConfig, "retry_max_times"): "Integer",
+    (SubscriptionGroupConfig, "broker_id"): "Long",
+    (SubscriptionGroupConfig, "which_broker_when_consume_slowly"): "Long",
+    (SubscriptionGroupConfig, "consume_timeout_minute"): "Integer",
+    (OffsetWrapper, "consumer_offset"): "Long",
+    (TopicOffset, "last_update_timestamp"): "Long",
+    (Connection, "version"): "Integer",
+}
+
+
+def _java_types(hint: Any) -> list[str]:
+    """The Java number types named anywhere in a type hint, outermost first."""
+    found = [m.name for m in getattr(hint, "__metadata__", ()) if isinstance(m, JavaNumber)]
+    return found + [name for arg in typing.get_args(hint) for name in _java_types(arg)]
+
+
+@pytest.mark.parametrize(("where", "java"), list(_BODY_NUMBER_TYPES.items()), ids=lambda v: str(v))
+def test_body_number_fields_declare_the_java_type(where: tuple[type, str], java: str) -> None:
+    cls, attr = where
+    assert _java_types(typing.get_type_hints(cls, include_extras=True)[attr]) == [java]
+
+
+def test_body_maps_and_lists_declare_their_java_types() -> None:
+    hints = {
+        c: typing.get_type_hints(c, include_extras=True) for c in (ConsumerOffsetSerializeWrapper, BrokerData)
+    }
+    assert _java_types(hints[ConsumerOffsetSerializeWrapper]["offset_table"]) == ["Integer", "Long"]
+    assert _java_types(hints[BrokerData]["broker_addrs"]) == ["Long"]
+    assert _java_types(typing.get_type_hints(SubscriptionData, include_extras=True)["code_set"]) == [
+        "Integer"
+    ]
+
+
+def test_a_body_int_without_a_java_type_is_refused() -> None:
+    for hint in ("int", "dict[int, str]", "list[int]"):
+        with pytest.raises(TypeError, match="declare the Java type, Integer or Long"):
+            json_body(type("Bare", (JsonBody,), {"__annotations__": {"n": hint}, "__module__": __name__}))
 
 
 # --- properties ----------------------------------------------------------------------------------
