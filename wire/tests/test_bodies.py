@@ -272,6 +272,7 @@ def test_compressed_register_body_built_by_hand() -> None:
             "filter_server",
         ),
         (_hand_built(["T 1 x 6 SINGLE_TAG"]), "topicConfigs[0].writeQueueNums"),
+        (_hand_built(["T 1 1 99999999999 SINGLE_TAG"]), "topicConfigs[0].perm: 99999999999 is out of range"),
         (_hand_built(["T 1 1 6"]), "topicConfigs"),
         (_hand_built(["T 1 1 6 NO_SUCH"]), "filterType"),
         (zlib.compress(_java_string("[1]") + struct.pack(">i", 0) + _java_string("[]")), "dataVersion"),
