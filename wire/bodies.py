@@ -19,14 +19,14 @@ import typing
 import zlib
 from collections.abc import Callable
 from functools import cache
-from typing import Annotated, Any, ClassVar, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from construct import ConstructError, GreedyBytes, Int32sb, PascalString, PrefixedArray, Struct
 
 from rmqgate.wire.codes import LanguageCode
 from rmqgate.wire.errors import BodyError
 from rmqgate.wire.fastjson import ObjectKey, dumps, loads
-from rmqgate.wire.header import Integer, JavaNumber, Long
+from rmqgate.wire.header import Integer, JavaNumber, Long, java_number_of
 
 T = TypeVar("T")
 _MISSING = dataclasses.MISSING
@@ -110,7 +110,7 @@ def _java_number_decoder(java: JavaNumber) -> Decoder:
         number = _dec_int(value, path)
         if low <= number <= high:
             return number
-        raise BodyError(f"{path}: {number} is out of range of a Java {java.name} ({low}..{high})")
+        raise BodyError(f"{path}: {number} {java.out_of_range}")
 
     return decode
 
@@ -120,11 +120,8 @@ def _number_decoder(hint: Any) -> Decoder | None:
     declaration error: each number says which Java type it is."""
     if hint is int:
         raise TypeError("body number field: declare the Java type, Integer or Long")
-    if typing.get_origin(hint) is Annotated:
-        java = next((m for m in hint.__metadata__ if isinstance(m, JavaNumber)), None)
-        if java is not None and typing.get_args(hint)[0] is int:
-            return _java_number_decoder(java)
-    return None
+    java = java_number_of(hint)
+    return None if java is None else _java_number_decoder(java)
 
 
 def _dec_float(value: Any, path: str) -> float:

@@ -61,6 +61,11 @@ class JavaNumber(typing.NamedTuple):
     high: int
     parse: Callable[[str], int]
 
+    @property
+    def out_of_range(self) -> str:
+        """Why a number outside ``low..high`` is refused (the end of an error message)."""
+        return f"is out of range of a Java {self.name} ({self.low}..{self.high})"
+
 
 # Java's parsers take an optional sign and decimal digits (Character.digit: any Unicode Nd digit, as
 # \d here), nothing else; Python's int() would also take spaces and underscores.
@@ -79,15 +84,23 @@ def _java_number(name: str, bits: int) -> JavaNumber:
             else:
                 if low <= value <= high:
                     return value
-                raise ValueError(f"is out of range of a Java {name} ({low}..{high})")
+                raise ValueError(java.out_of_range)
         raise ValueError(f"is not a valid {name}")
 
-    return JavaNumber(name, low, high, parse)
+    java = JavaNumber(name, low, high, parse)
+    return java
 
 
 #: Field types: ``queue_id: Integer``, ``queue_offset: Long`` (an ``int`` to Python and to type checkers).
 Integer = Annotated[int, _java_number("Integer", 32)]
 Long = Annotated[int, _java_number("Long", 64)]
+
+
+def java_number_of(hint: Any) -> JavaNumber | None:
+    """The Java type an ``Integer`` or ``Long`` hint declares; None for any other hint."""
+    if typing.get_origin(hint) is not Annotated or typing.get_args(hint)[0] is not int:
+        return None
+    return next((m for m in hint.__metadata__ if isinstance(m, JavaNumber)), None)
 
 
 class HeaderField(typing.NamedTuple):
@@ -122,10 +135,9 @@ def _field_kind(hint: Any) -> tuple[type, JavaNumber | None]:
     kind = hint
     if typing.get_origin(hint) is not Annotated:  # X | None
         kind = next((a for a in typing.get_args(hint) if a is not type(None)), hint)
-    java = None
-    if typing.get_origin(kind) is Annotated:
-        java = next((m for m in kind.__metadata__ if isinstance(m, JavaNumber)), None)
-        kind = typing.get_args(kind)[0]
+    java = java_number_of(kind)
+    if java is not None:
+        kind = int
     if kind not in _KINDS:
         raise TypeError(f"unsupported header field type {hint!r}")
     if kind is int and java is None:

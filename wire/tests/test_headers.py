@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -237,30 +238,27 @@ def test_missing_and_malformed_fields_name_the_field() -> None:
 
 
 @pytest.mark.parametrize(
-    ("field", "value", "accepted"),
+    ("field", "value", "refused"),
     [
-        ("e", "2147483647", True),  # queueId: Integer.MAX_VALUE
-        ("e", "-2147483648", True),
-        ("e", "+7", True),  # Integer.parseInt takes a plus sign
-        ("e", "2147483648", False),  # one past: Java's NumberFormatException
-        ("e", "-2147483649", False),
-        ("e", " 1", False),  # Python's int() takes these; Java does not
-        ("e", "1_0", False),
-        ("e", "0x10", False),
-        ("g", "9223372036854775807", True),  # bornTimestamp: Long.MAX_VALUE
-        ("g", "9223372036854775808", False),
-        ("g", "2147483648", True),
+        ("e", "2147483647", None),  # queueId: Integer.MAX_VALUE
+        ("e", "-2147483648", None),
+        ("e", "+7", None),  # Integer.parseInt takes a plus sign
+        ("e", "2147483648", "is out of range of a Java Integer"),  # one past: NumberFormatException
+        ("e", "-2147483649", "is out of range of a Java Integer"),
+        ("e", " 1", "is not a valid Integer"),  # Python's int() takes these; Java does not
+        ("e", "1_0", "is not a valid Integer"),
+        ("e", "0x10", "is not a valid Integer"),
+        ("g", "9223372036854775807", None),  # bornTimestamp: Long.MAX_VALUE
+        ("g", "9223372036854775808", "is out of range of a Java Long"),
+        ("g", "2147483648", None),
     ],
 )
-def test_numbers_are_parsed_as_java_parses_them(field: str, value: str, accepted: bool) -> None:
-    if accepted:
+def test_numbers_are_parsed_as_java_parses_them(field: str, value: str, refused: str | None) -> None:
+    if refused is None:
         header = SendMessageRequestHeader.from_ext_v2({**SEND_V2, field: value})
         assert header.to_ext_v2()[field] == str(int(value))
     else:
-        java = "Integer" if field == "e" else "Long"
-        with pytest.raises(
-            HeaderFieldError, match=f"'{field}' = '{value}' is (out of range of a Java|not a valid) {java}"
-        ):
+        with pytest.raises(HeaderFieldError, match=re.escape(f"'{field}' = '{value}' {refused}")):
             SendMessageRequestHeader.from_ext_v2({**SEND_V2, field: value})
 
 
