@@ -1,7 +1,8 @@
 """Run real-client driver programs (compat_tests/clients/, compat_tests/node/) in subprocesses.
 
 Each driver prints ``RESULT <json>`` as its last result line; a crash, a hang (timeout) or a missing
-result is a test failure with the driver's output attached. Clients installed outside the main venv
+result is a test failure with the driver's output attached. ``Background`` starts one without
+waiting for it; ``run_cpp`` and ``run_node`` wait. Clients installed outside the main venv
 (same import name ``rocketmq`` for different packages) live in target dirs under ``.venv-clients/``
 and are put on PYTHONPATH.
 """
@@ -13,6 +14,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +23,8 @@ ROOT = COMPAT_DIR.parent
 CLIENTS_DIR = COMPAT_DIR / "clients"
 NODE_DIR = COMPAT_DIR / "node"
 CPP_DRIVER = CLIENTS_DIR / "cpp_driver.py"
+CPP_FLOWS = CLIENTS_DIR / "cpp_flows.py"
+TX_DRIVER = CLIENTS_DIR / "tx_driver.py"
 
 #: Target dirs the Makefile installs (see compat_tests/clients/requirements-*.txt); env overrides.
 CLIENT_TARGETS = {
@@ -45,44 +49,93 @@ def client_target(name: str) -> Path:
     return path
 
 
-def _parse(proc: subprocess.CompletedProcess[str], what: str) -> dict[str, Any]:
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+def _tail(label: str, text: str, n: int) -> str:
+    return f"\n--- {label} ---\n{text[-n:]}"
+
+
+def parse_result(out: str, err: str, code: int | None, what: str) -> dict[str, Any]:
+    """The driver's last ``RESULT <json>``; DriverError (with its output) if none or an exception."""
+    lines = [line for line in out.splitlines() if line.startswith("RESULT ")]
     if not lines:
         raise DriverError(
-            f"{what} produced no result (exit {proc.returncode})\n--- stdout ---\n{proc.stdout[-4000:]}"
-            f"\n--- stderr ---\n{proc.stderr[-4000:]}"
+            f"{what} produced no result (exit {code})"
+            + _tail("stdout", out, 4000)
+            + _tail("stderr", err, 4000)
         )
     data = json.loads(lines[-1][len("RESULT ") :])
-    data["_stderr"] = proc.stderr[-4000:]
     if "exception" in data:
         raise DriverError(
-            f"{what} raised {data['exception']}\n{data.get('traceback', '')}\n{proc.stderr[-2000:]}"
+            f"{what} raised {data['exception']}\n{data.get('traceback', '')}" + _tail("stderr", err, 2000)
         )
     return data
 
 
-def _run(cmd: list[str], env: dict[str, str], timeout: float, what: str, cwd: Path) -> dict[str, Any]:
-    try:
-        proc = subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired as exc:
-        out = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else exc.stdout or ""
-        err = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else exc.stderr or ""
-        raise DriverError(
-            f"{what} timed out after {timeout} s\n--- stdout ---\n{out[-3000:]}\n--- stderr ---\n{err[-3000:]}"
-        ) from None
-    return _parse(proc, what)
+_LIVE: list[Background] = []
+
+
+class Background:
+    """A driver subprocess started now, its ``RESULT`` collected by ``result()`` within ``timeout``
+    seconds of the start; several can overlap (a consumer joining or leaving mid-stream)."""
+
+    def __init__(self, cmd: list[str], env: dict[str, str], cwd: Path, what: str, timeout: float) -> None:
+        self.what = what
+        self.timeout = timeout
+        self.started = time.monotonic()
+        self.proc = subprocess.Popen(
+            cmd, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        _LIVE.append(self)
+
+    def result(self) -> dict[str, Any]:
+        left = max(1.0, self.timeout - (time.monotonic() - self.started))
+        try:
+            out, err = self.proc.communicate(timeout=left)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            out, err = self.proc.communicate()
+            self._forget()
+            raise DriverError(
+                f"{self.what} timed out after {self.timeout} s"
+                + _tail("stdout", out, 3000)
+                + _tail("stderr", err, 3000)
+            ) from None
+        self._forget()
+        return parse_result(out, err, self.proc.returncode, self.what)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.communicate()
+        self._forget()
+
+    def _forget(self) -> None:
+        if self in _LIVE:
+            _LIVE.remove(self)
+
+
+def kill_all() -> None:
+    """Kill the drivers still running (a test that failed before collecting them)."""
+    while _LIVE:
+        _LIVE[-1].kill()
+
+
+def cpp_env(home: Path, client: str | None = None) -> dict[str, str]:
+    """The environment of a C++-core driver: rocketmq-python-cvs from the venv (client=None) or a
+    target-dir client on PYTHONPATH; the core writes its logs under HOME."""
+    env = dict(os.environ, HOME=str(home), PYTHONUNBUFFERED="1")
+    env.pop("PYTHONPATH", None)
+    if client is not None:
+        env["PYTHONPATH"] = str(client_target(client))
+    return env
 
 
 def run_cpp(
     args: dict[str, Any], home: Path, *, client: str | None = None, timeout: float = 90
 ) -> dict[str, Any]:
     """Run cpp_driver.py with rocketmq-python-cvs (client=None) or a target-dir client."""
-    env = dict(os.environ, HOME=str(home), PYTHONUNBUFFERED="1")
-    env.pop("PYTHONPATH", None)
-    if client is not None:
-        env["PYTHONPATH"] = str(client_target(client))
     what = f"cpp driver {args.get('scenario')}/{args.get('mode', '')} ({client or 'rocketmq-python-cvs'})"
-    return _run([sys.executable, str(CPP_DRIVER), json.dumps(args)], env, timeout, what, home)
+    cmd = [sys.executable, str(CPP_DRIVER), json.dumps(args)]
+    return Background(cmd, cpp_env(home, client), home, what, timeout).result()
 
 
 def node_binary() -> str:
@@ -92,9 +145,14 @@ def node_binary() -> str:
     return node
 
 
-def run_node(script: str, args: dict[str, Any], home: Path, *, timeout: float = 90) -> dict[str, Any]:
+def node_driver(script: str, args: dict[str, Any], home: Path, *, timeout: float = 90) -> Background:
+    """An ali-ons driver (compat_tests/node/``script``) in the background."""
     if not (NODE_DIR / "node_modules" / "ali-ons").is_dir():
         raise DriverError(f"ali-ons is not installed: run `npm ci` in {NODE_DIR} (make setup does)")
-    env = dict(os.environ, HOME=str(home))
     cmd = [node_binary(), str(NODE_DIR / script), json.dumps(args)]
-    return _run(cmd, env, timeout, f"node {script} {args.get('scenario', '')}", NODE_DIR)
+    what = f"node {script} {args.get('scenario', '')}".rstrip()
+    return Background(cmd, dict(os.environ, HOME=str(home)), NODE_DIR, what, timeout)
+
+
+def run_node(script: str, args: dict[str, Any], home: Path, *, timeout: float = 90) -> dict[str, Any]:
+    return node_driver(script, args, home, timeout=timeout).result()

@@ -95,7 +95,8 @@ def discover_broker(namesrv: str, timeout: float = STARTUP_TIMEOUT) -> tuple[str
 
 
 class ServerProcess:
-    """`rmqgate serve` in a subprocess with its output in a log file."""
+    """`rmqgate serve` in a subprocess with its output in a log file. Another one on the same
+    ``workdir`` and ports serves the same store and conf again (a restart)."""
 
     def __init__(
         self,
@@ -106,10 +107,11 @@ class ServerProcess:
         conf: str = BROKER_CONF,
         namesrv_port: int | None = None,
         broker_port: int | None = None,
+        log_name: str | None = None,
     ) -> None:
         self.workdir = workdir
         self.store = workdir / "store"
-        self.log_path = workdir / f"rmqgate-{role}.log"
+        self.log_path = workdir / (log_name or f"rmqgate-{role}.log")
         self.conf_path = workdir / "broker.conf"
         self.conf_path.write_text(conf)
         self.namesrv_port = namesrv_port or free_port()

@@ -17,13 +17,13 @@ from typing import Any
 
 import pytest
 
+from rmqgate.compat_tests.drivers import node_driver
 from rmqgate.compat_tests.flows import (
     FeatureServer,
     cpp_flow,
     cpp_produce,
     feature_server_fixture,
     no_leftover_clients,  # noqa: F401 - autouse fixture
-    node_flow,
 )
 from rmqgate.compat_tests.wire_client import WireClient, stored_messages, wait_until
 
@@ -51,7 +51,7 @@ def test_ali_ons_delayed_messages_arrive_in_their_window(
     topic = flow_server.create_topic(uniq(), 4)
     group = uniq("cg")
     flow_server.create_topic("%RETRY%" + group, 1)
-    consumer = node_flow(
+    consumer = node_driver(
         "consume.js",
         {"namesrv": flow_server.namesrv, "topic": topic, "group": group, "expect": 4, "waitMs": 30000,
          "lingerMs": 2000, "timeoutMs": 60000, "consumeFromWhere": "CONSUME_FROM_FIRST_OFFSET"},
@@ -59,7 +59,7 @@ def test_ali_ons_delayed_messages_arrive_in_their_window(
     )  # fmt: skip
     time.sleep(3)  # the consumer is up and polling
     assert stored(flow_server, topic) == []
-    produced = node_flow(
+    produced = node_driver(
         "produce.js",
         {
             "namesrv": flow_server.namesrv,

@@ -18,13 +18,13 @@ from typing import Any
 
 import pytest
 
+from rmqgate.compat_tests.drivers import node_driver
 from rmqgate.compat_tests.flows import (
     FeatureServer,
     cpp_flow,
     cpp_produce,
     feature_server_fixture,
     no_leftover_clients,  # noqa: F401 - autouse fixture
-    node_flow,
 )
 from rmqgate.compat_tests.wire_client import WireClient, stored_messages, wait_until
 from rmqgate.wire.codes import RequestCode, ResponseCode
@@ -146,7 +146,7 @@ def test_ali_ons_throwing_handler_is_retried(flow_server: FeatureServer, uniq: A
     with WireClient(flow_server.broker) as c:
         for i in range(2):
             assert c.send_message(topic, f"ons-{i}".encode(), queue_id=i, tags="TagA").code == 0
-    got = node_flow(
+    got = node_driver(
         "retry.js",
         {"namesrv": flow_server.namesrv, "topic": topic, "group": group, "fail": {"ons-1": 1}, "expect": 2,
          "waitMs": 40000, "lingerMs": 1500, "timeoutMs": 60000},
@@ -166,7 +166,7 @@ def test_ali_ons_dead_letter_after_max_reconsume_times(
     with WireClient(flow_server.broker) as c:
         assert c.send_message(topic, b"ons-dead", queue_id=0).code == 0
     stop = tmp_path / "stop"
-    consumer = node_flow(
+    consumer = node_driver(
         "retry.js",
         {"namesrv": flow_server.namesrv, "topic": topic, "group": group, "fail": {"ons-dead": -1},
          "maxReconsumeTimes": 2, "waitMs": 40000, "stopFile": str(stop), "timeoutMs": 60000},

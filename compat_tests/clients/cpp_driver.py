@@ -12,26 +12,12 @@ rocketmq 0.4.4 from its own target dir (same import name, older C++ core). The l
 from __future__ import annotations
 
 import ctypes
-import json
 import os
-import sys
 import threading
 import time
-import traceback
 from typing import Any
 
-
-def _result(data: dict[str, Any]) -> None:
-    sys.stdout.write("RESULT " + json.dumps(data) + "\n")
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
-
-
-def _text(value: Any) -> str | None:
-    if value is None:
-        return None
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+from driver_io import run_driver, text
 
 
 def _message(rocketmq: Any, topic: str, i: int, spec: dict[str, Any]) -> Any:
@@ -96,11 +82,11 @@ def produce(rocketmq: Any, args: dict[str, Any]) -> dict[str, Any]:
 
 def _received(msg: Any) -> dict[str, Any]:
     return {
-        "topic": _text(msg.topic),
-        "tags": _text(msg.tags),
-        "keys": _text(msg.keys),
-        "body": _text(msg.body),
-        "id": _text(msg.id),
+        "topic": text(msg.topic),
+        "tags": text(msg.tags),
+        "keys": text(msg.keys),
+        "body": text(msg.body),
+        "id": text(msg.id),
         "queue_id": msg.queue_id,
         "queue_offset": msg.queue_offset,
         "reconsume_times": msg.reconsume_times,
@@ -156,17 +142,5 @@ def pull_consume(rocketmq: Any, args: dict[str, Any]) -> dict[str, Any]:
 SCENARIOS = {"produce": produce, "push_consume": push_consume, "pull_consume": pull_consume}
 
 
-def main() -> None:
-    args = json.loads(sys.argv[1])
-    try:
-        import rocketmq.client
-
-        data = SCENARIOS[args["scenario"]](rocketmq.client, args)
-        data["package_file"] = rocketmq.client.__file__
-        _result(data)
-    except Exception as exc:
-        _result({"exception": repr(exc), "traceback": traceback.format_exc()})
-
-
 if __name__ == "__main__":
-    main()
+    run_driver(lambda client, args: SCENARIOS[args["scenario"]](client, args))

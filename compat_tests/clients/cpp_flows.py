@@ -18,30 +18,15 @@ its return value is the consume status (the wrapper's exception path does not re
 from __future__ import annotations
 
 import ctypes
-import json
 import os
-import sys
 import threading
 import time
-import traceback
 from typing import Any
 
-
-def _result(data: dict[str, Any]) -> None:
-    sys.stdout.write("RESULT " + json.dumps(data) + "\n")
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+from driver_io import run_driver, text
 
 
-def _text(value: Any) -> str | None:
-    if value is None:
-        return None
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
-
-
-def consume(args: dict[str, Any]) -> dict[str, Any]:
-    import rocketmq.client as client
+def consume(client: Any, args: dict[str, Any]) -> dict[str, Any]:
     from rocketmq.ffi import _CConsumeStatus, dll
 
     orderly = bool(args.get("orderly", False))
@@ -66,11 +51,11 @@ def consume(args: dict[str, Any]) -> dict[str, Any]:
 
     def on_message(_consumer: Any, handle: Any) -> int:
         msg = client.RecvMessage(handle)
-        body = _text(msg.body) or ""
+        body = text(msg.body) or ""
         rec = {
             "body": body,
-            "keys": _text(msg.keys),
-            "topic": _text(msg.topic),
+            "keys": text(msg.keys),
+            "topic": text(msg.topic),
             "queue_id": msg.queue_id,
             "queue_offset": msg.queue_offset,
             "reconsume_times": msg.reconsume_times,
@@ -135,14 +120,5 @@ def consume(args: dict[str, Any]) -> dict[str, Any]:
 SCENARIOS = {"consume": consume}
 
 
-def main() -> None:
-    args = json.loads(sys.argv[1])
-    try:
-        data = SCENARIOS[args["scenario"]](args)
-        _result(data)
-    except Exception as exc:
-        _result({"exception": repr(exc), "traceback": traceback.format_exc()})
-
-
 if __name__ == "__main__":
-    main()
+    run_driver(lambda client, args: SCENARIOS[args["scenario"]](client, args))

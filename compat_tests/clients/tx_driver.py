@@ -13,33 +13,18 @@ PYTHONPATH = the rocketmq-client-python200 target dir; ends with ``os._exit``.
 
 from __future__ import annotations
 
-import json
-import os
-import sys
 import threading
 import time
-import traceback
 from typing import Any
 
-
-def _result(data: dict[str, Any]) -> None:
-    sys.stdout.write("RESULT " + json.dumps(data) + "\n")
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+from driver_io import run_driver, text
 
 
-def _text(value: Any) -> str:
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
-
-
-def run(args: dict[str, Any]) -> dict[str, Any]:
-    from rocketmq.client import Message, TransactionMQProducer, TransactionStatus
-
+def run(client: Any, args: dict[str, Any]) -> dict[str, Any]:
     states = {
-        "commit": TransactionStatus.COMMIT,
-        "rollback": TransactionStatus.ROLLBACK,
-        "unknown": TransactionStatus.UNKNOWN,
+        "commit": client.TransactionStatus.COMMIT,
+        "rollback": client.TransactionStatus.ROLLBACK,
+        "unknown": client.TransactionStatus.UNKNOWN,
     }
     plan = {m["body"]: m for m in args["messages"]}
     checks: list[dict[str, Any]] = []
@@ -50,17 +35,17 @@ def run(args: dict[str, Any]) -> dict[str, Any]:
     }
 
     def on_check(msg: Any) -> Any:
-        body = _text(msg.body)
+        body = text(msg.body)
         answer = plan.get(body, {}).get("check", "unknown")
         with lock:
             checks.append(
                 {
                     "body": body,
-                    "topic": _text(msg.topic),
-                    "id": _text(msg.id),
+                    "topic": text(msg.topic),
+                    "id": text(msg.id),
                     "answer": answer,
                     "at": time.time(),
-                    "transaction_check_times": _text(msg.get_property("TRANSACTION_CHECK_TIMES") or ""),
+                    "transaction_check_times": text(msg.get_property("TRANSACTION_CHECK_TIMES") or ""),
                 }
             )
             if answer != "unknown":
@@ -69,12 +54,12 @@ def run(args: dict[str, Any]) -> dict[str, Any]:
                 resolved.set()
         return states[answer]
 
-    producer = TransactionMQProducer(args["group"], on_check, timeout=args.get("timeout_ms", 5000))
+    producer = client.TransactionMQProducer(args["group"], on_check, timeout=args.get("timeout_ms", 5000))
     producer.set_name_server_address(args["namesrv"])
     producer.start()
     results = []
     for body, spec in plan.items():
-        msg = Message(args["topic"])
+        msg = client.Message(args["topic"])
         msg.set_keys(spec.get("keys", "key-" + body))
         msg.set_tags(spec.get("tags", "TagTx"))
         msg.set_body(body)
@@ -93,17 +78,5 @@ def run(args: dict[str, Any]) -> dict[str, Any]:
         return {"results": results, "checks": list(checks)}
 
 
-def main() -> None:
-    args = json.loads(sys.argv[1])
-    try:
-        import rocketmq.client
-
-        data = run(args)
-        data["package_file"] = rocketmq.client.__file__
-        _result(data)
-    except Exception as exc:
-        _result({"exception": repr(exc), "traceback": traceback.format_exc()})
-
-
 if __name__ == "__main__":
-    main()
+    run_driver(run)

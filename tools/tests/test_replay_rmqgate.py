@@ -233,16 +233,14 @@ def test_cpp_client_killed_mid_stream_through_proxy(tmp_path: Path, rmqgate: Rmq
     home = tmp_path / "home"
     home.mkdir()
     capture = tmp_path / "killed.rmqcap"
-    from rmqgate.compat_tests.drivers import CPP_DRIVER
+    from rmqgate.compat_tests.drivers import CPP_DRIVER, cpp_env
 
     def session(addr: str) -> None:
         import json
 
         args = {"scenario": "produce", "namesrv": addr, "group": "PG_kill", "topic": "KillTopic",
                 "count": 100000, "mode": "async", "wait_s": 60}  # fmt: skip
-        env = dict(os.environ, HOME=str(home))
-        env.pop("PYTHONPATH", None)
-        proc = subprocess.Popen([sys.executable, str(CPP_DRIVER), json.dumps(args)], env=env, cwd=home,
+        proc = subprocess.Popen([sys.executable, str(CPP_DRIVER), json.dumps(args)], env=cpp_env(home), cwd=home,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
         broker = f"127.0.0.1:{rmqgate.broker_port}"
         wait_until(
