@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING, ClassVar
 from rmqgate.server.remoting import Channel, RequestProcessor
 from rmqgate.wire.codes import RequestCode, ResponseCode
 from rmqgate.wire.command import RemotingCommand
-from rmqgate.wire.errors import HeaderFieldError
 from rmqgate.wire.headers import (
     GetEarliestMsgStoretimeRequestHeader,
     GetMaxOffsetRequestHeader,
@@ -22,15 +21,6 @@ if TYPE_CHECKING:
     from rmqgate.server.broker import BrokerController
 
 R = RequestCode
-_INT32 = range(-(2**31), 2**31)
-
-
-def _int32(header: object) -> None:
-    """queueId is a Java Integer: Integer.parseInt fails (SYSTEM_ERROR) beyond int32."""
-    if header.queue_id not in _INT32:  # type: ignore[attr-defined]
-        raise HeaderFieldError(
-            f"{type(header).__name__}: field 'queueId' = {header.queue_id} is not a valid int"  # type: ignore[attr-defined]
-        )
 
 
 class OffsetProcessor(RequestProcessor):
@@ -53,12 +43,10 @@ class OffsetProcessor(RequestProcessor):
         store = self.store
         if code == R.UPDATE_CONSUMER_OFFSET:
             u = UpdateConsumerOffsetRequestHeader.from_ext(ext)
-            _int32(u)
             self.meta.commit_offset(u.consumer_group, u.topic, u.queue_id, u.commit_offset)
             return request.response(ResponseCode.SUCCESS, ext_fields={})
         if code == R.QUERY_CONSUMER_OFFSET:
             q = QueryConsumerOffsetRequestHeader.from_ext(ext)
-            _int32(q)
             offset = self.meta.query_offset(q.consumer_group, q.topic, q.queue_id)
             if offset >= 0:
                 return request.response(ResponseCode.SUCCESS, ext_fields={"offset": str(offset)})
@@ -78,24 +66,20 @@ class OffsetProcessor(RequestProcessor):
             )
         if code == R.GET_MAX_OFFSET:
             m = GetMaxOffsetRequestHeader.from_ext(ext)
-            _int32(m)
             return request.response(
                 ResponseCode.SUCCESS,
                 ext_fields={"offset": str(store.get_max_offset_in_queue(m.topic, m.queue_id))},
             )
         if code == R.GET_MIN_OFFSET:
             n = GetMinOffsetRequestHeader.from_ext(ext)
-            _int32(n)
             return request.response(
                 ResponseCode.SUCCESS,
                 ext_fields={"offset": str(store.get_min_offset_in_queue(n.topic, n.queue_id))},
             )
         if code == R.GET_EARLIEST_MSG_STORETIME:
             e = GetEarliestMsgStoretimeRequestHeader.from_ext(ext)
-            _int32(e)
             ts = store.get_earliest_message_time(e.topic, e.queue_id)
             return request.response(ResponseCode.SUCCESS, ext_fields={"timestamp": str(ts)})
         s = SearchOffsetRequestHeader.from_ext(ext)
-        _int32(s)
         offset = store.get_offset_in_queue_by_time(s.topic, s.queue_id, s.timestamp)
         return request.response(ResponseCode.SUCCESS, ext_fields={"offset": str(offset)})

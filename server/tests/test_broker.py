@@ -226,6 +226,14 @@ async def test_send_validation(Broker) -> None:
             and "'queueOffset'" in resp.remark
             and "Long" in resp.remark
         )
+        for code, ext in (
+            (R.GET_MAX_OFFSET, {}),
+            (R.QUERY_CONSUMER_OFFSET, {"consumerGroup": "g"}),
+            (R.UPDATE_CONSUMER_OFFSET, {"consumerGroup": "g", "commitOffset": "1"}),
+        ):
+            resp = await c.invoke(RemotingCommand.request(code, {"topic": "T", "queueId": str(2**31), **ext}))
+            assert resp.code == ResponseCode.SYSTEM_ERROR, (code, resp)
+            assert "'queueId' = '2147483648' is out of range of a Java Integer" in resp.remark
         assert (await c.invoke(send_v2("T", queue_id=1))).code == 0  # the connection is still served
         await c.aclose()
 
