@@ -5,10 +5,12 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Sequence
+from operator import attrgetter
 from pathlib import Path
 
-from rmqgate.store.layout import INDEX_ENTRY, INDEX_HEADER, INDEX_HEADER_SIZE, INDEX_SLOT
+from rmqgate.store.layout import INDEX_ENTRY, INDEX_HEADER, INDEX_HEADER_SIZE, INDEX_SLOT, IndexHeader
 from rmqgate.store.mapped_file import MappedFile
+from rmqgate.wire.layout import fixed_field_names
 from rmqgate.wire.message import MessageSysFlag, java_string_hash
 
 _entry_pack = INDEX_ENTRY.pack_into
@@ -16,6 +18,9 @@ _entry_unpack = INDEX_ENTRY.unpack_from
 _slot_pack = INDEX_SLOT.pack_into
 _slot_unpack = INDEX_SLOT.unpack_from
 _INT_MAX = 0x7FFFFFFF
+#: IndexFile attributes named as the header's fields, in its order
+_HEADER_FIELDS = fixed_field_names(IndexHeader)
+_header_values = attrgetter(*_HEADER_FIELDS)
 _TX_MASK = MessageSysFlag.TRANSACTION_MASK
 _TX_ROLLBACK = MessageSysFlag.TRANSACTION_ROLLBACK
 #: (position, sysFlag, store timestamp, topic, KEYS, UNIQ_KEY): one message to index, its texts as str
@@ -29,6 +34,13 @@ def index_file_name(ms: int) -> str:
 
 
 class IndexFile:
+    begin_timestamp: int  # (the header fields, set from the file)
+    end_timestamp: int
+    begin_phy_offset: int
+    end_phy_offset: int
+    hash_slot_count: int
+    index_count: int
+
     def __init__(self, path: Path, hash_slot_num: int, index_num: int, *, create: bool = True) -> None:
         self.hash_slot_num = hash_slot_num
         self.index_num = index_num
@@ -43,14 +55,8 @@ class IndexFile:
 
     def reload_header(self) -> None:
         """Read the header (another process may be writing this file)."""
-        (
-            self.begin_timestamp,
-            self.end_timestamp,
-            self.begin_phy_offset,
-            self.end_phy_offset,
-            self.hash_slot_count,
-            self.index_count,
-        ) = INDEX_HEADER.unpack_from(self.buf, 0)
+        for name, value in zip(_HEADER_FIELDS, INDEX_HEADER.unpack_from(self.buf, 0), strict=True):
+            setattr(self, name, value)
         if self.index_count <= 0:
             self.index_count = 1  # index numbers start at 1; 0 marks an empty slot / end of chain
 
@@ -59,16 +65,7 @@ class IndexFile:
         return self._file.path
 
     def _write_header(self) -> None:
-        INDEX_HEADER.pack_into(
-            self.buf,
-            0,
-            self.begin_timestamp,
-            self.end_timestamp,
-            self.begin_phy_offset,
-            self.end_phy_offset,
-            self.hash_slot_count,
-            self.index_count,
-        )
+        INDEX_HEADER.pack_into(self.buf, 0, *_header_values(self))
 
     def init_continuation(self, end_phy_offset: int, end_timestamp: int) -> None:
         if end_phy_offset > 0:
