@@ -265,6 +265,11 @@ class CaptureInfo:
     file_truncated: bool = False  # the file ends inside a record or block
     linktypes: set[int] = field(default_factory=set)
 
+    @property
+    def unsupported_linktypes(self) -> list[int]:
+        """Link types seen whose packets were skipped (no TCP/IP is looked for in them)."""
+        return sorted(self.linktypes - SUPPORTED_LINKTYPES)
+
 
 def _open_buffer(source: str | os.PathLike[str] | bytes | bytearray | memoryview) -> bytes | mmap.mmap:
     if isinstance(source, bytes | bytearray | memoryview):

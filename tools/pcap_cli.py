@@ -193,7 +193,13 @@ def _decode(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | N
         err.write(f"rmqgate pcap decode: {_describe_truncated(record)}\n")
     if reader.info.file_truncated:
         err.write(f"rmqgate pcap decode: {args.file}: the file ends inside a packet record\n")
+    unsupported = reader.info.unsupported_linktypes
+    for linktype in unsupported:
+        err.write(
+            f"rmqgate pcap decode: {args.file}: link type {linktype} is not supported (Ethernet, Linux "
+            "cooked v1/v2, raw IP and BSD loopback are); its packets were skipped\n"
+        )
     if errors:
         err.write(f"rmqgate pcap decode: {errors} frame(s) did not decode\n")
-    incomplete = bool(reader.truncated or reader.gaps or errors or reader.info.file_truncated)
+    incomplete = bool(reader.truncated or reader.gaps or errors or reader.info.file_truncated or unsupported)
     return 1 if args.strict and incomplete else 0

@@ -143,6 +143,22 @@ def test_truncated_frame_goes_to_stderr_and_fails_only_when_strict(
     assert main(["pcap", "decode", "--strict", str(_capture(tmp_path / "ok.pcap", truncated=False))]) == 0
 
 
+def test_an_unsupported_link_type_is_named_not_silently_empty(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """802.11 (link type 105) frames are skipped, and stderr says why nothing was decoded."""
+    path = tmp_path / "wifi.pcap"
+    wrpcap(str(path), [Raw(b"\x08\x02" + bytes(40))] * 3, linktype=105)
+    assert main(["pcap", "decode", str(path)]) == 0
+    out, err = capsys.readouterr()
+    assert out == "" and "link type 105 is not supported" in err
+    assert main(["pcap", "decode", "--strict", str(path)]) == 1
+    assert "link type 105" in capsys.readouterr().err
+    ok = _capture(tmp_path / "ok.pcap", truncated=False)
+    assert main(["pcap", "decode", str(ok)]) == 0
+    assert "link type" not in capsys.readouterr().err
+
+
 def test_usage_and_unreadable_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["pcap"]) == 2
     assert "decode" in capsys.readouterr().err
