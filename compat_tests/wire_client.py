@@ -491,14 +491,6 @@ class WireClient:
 V2_ALIASES = {f.wire: f.alias for f in SendMessageRequestHeader.FIELDS if f.alias}
 
 
-def route_broker_addrs(route_body: bytes) -> dict[str, str]:
-    """brokerName -> master address from a TopicRouteData body."""
-    data = loads(route_body)
-    return {
-        bd["brokerName"]: bd["brokerAddrs"]["0"] for bd in data["brokerDatas"] if "0" in bd["brokerAddrs"]
-    }
-
-
 def stored_messages(broker_addr: str, topic: str, queues: int = 4) -> dict[int, list[Any]]:
     """Every message stored in ``topic``, {queue_id: [MessageExt, ...]}, read with raw pulls."""
     out = {}

@@ -83,7 +83,6 @@ class BrokerController:
         self._namesrv_clients: dict[str, RemotingClient] = {}
         self._register_now = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
-        self._watched: set[int] = set()
         self.registered: dict[str, int] = {}  # namesrv addr -> number of successful registrations
 
     # -- lifecycle --

@@ -493,16 +493,11 @@ class RemotingServer:
         self.channels: set[Channel] = set()
         self._server: asyncio.base_events.Server | None = None
         self._scanner: asyncio.Task[None] | None = None
-        self._connection_listeners: list[Callable[[Channel], None]] = []
         self._batch: WriteBatch | None = None
 
     def register(self, processor: RequestProcessor, codes: Iterable[int] | None = None) -> None:
         for code in processor.codes if codes is None else codes:
             self.table[int(code)] = processor
-
-    def add_connection_listener(self, fn: Callable[[Channel], None]) -> None:
-        """``fn(channel)`` on every new connection (to add close listeners, count clients...)."""
-        self._connection_listeners.append(fn)
 
     def _new_channel(self) -> Channel:
         return Channel(
@@ -517,8 +512,6 @@ class RemotingServer:
 
     def _opened(self, channel: Channel) -> None:
         self.channels.add(channel)
-        for fn in self._connection_listeners:
-            fn(channel)
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()

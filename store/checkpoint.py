@@ -34,9 +34,6 @@ class StoreCheckpoint:
         """``getMinTimestamp``: 3 s of slack before the older of the CommitLog/ConsumeQueue marks."""
         return max(0, min(self.physic_msg_timestamp, self.logics_msg_timestamp) - 3000)
 
-    def min_timestamp_index(self) -> int:
-        return min(self.min_timestamp(), self.index_msg_timestamp)
-
     def flush(self) -> None:
         CHECKPOINT.pack_into(self._mm, 0, *_values(self))
         os.fdatasync(self._fd)

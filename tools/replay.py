@@ -640,7 +640,6 @@ class _Replay:
         self.server_answered: Counter = Counter()
         self.check_pool: dict[str, tuple[PlannedConnection, PlannedRequest]] = {}
         self.answer_pool: dict[int, deque[bytes]] = defaultdict(deque)
-        self.used_answers: dict[int, dict[int, int]] = defaultdict(dict)  # conn -> code -> used
         self.shared: dict[tuple[str, int], asyncio.Future] = {}
         self._control: ReplayConnection | None = None  # to the target name server, for route waits
         self.routes_seen: set[str] = set()
