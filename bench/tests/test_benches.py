@@ -1,0 +1,63 @@
+"""Every benchmark still runs end to end and prints its figures next to its floor.
+
+Tiny sizes: the figures printed here mean nothing and nothing is asserted about them (speed is read
+off a full run by a person); what can fail is a script that no longer runs or no longer reports.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parent.parent
+
+#: script, tiny arguments, lines its report must contain
+CASES = [
+    ("codec.py", [], ["target: codec at most"]),
+    ("pcap.py", ["--no-scapy", "--repeat", "1"], ["header decode = read_frames"]),
+    ("store.py", ["2000", "--repeat", "1"], ["ASYNC / raw-write floor, same round:", "SYNC(64) / ASYNC"]),
+    (
+        "broker.py",
+        ["--seconds", "0.5", "--rounds", "1", "--connections", "2"],
+        ["ASYNC_FLUSH / floor per round:", "SYNC_FLUSH ="],
+    ),
+    (
+        "features.py",
+        ["--seconds", "0.5", "--connections", "1", "--delayed", "200", "--halves", "100"],
+        ["floor  plain sends", "transactions (commit)", "check-backs", "delay delivery"],
+    ),
+    (
+        "replay.py",
+        ["--requests", "100", "--rounds", "1", "--pipelined", "200"],
+        ["sync recording", "pipelined"],
+    ),
+    (
+        "spark_replay.py",
+        ["--scale", "1", "--masters", "local[1]", "--repeat", "1"],
+        ["floor: the same plans", "local[1]:"],
+    ),
+]
+
+
+def test_every_benchmark_has_a_case() -> None:
+    assert {p.name for p in BENCH.glob("[!_]*.py")} == {script for script, _, _ in CASES}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("script", "args", "expect"), CASES, ids=[c[0] for c in CASES])
+def test_benchmark_runs_and_reports(script: str, args: list[str], expect: list[str], tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, str(BENCH / script), *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, (
+        f"{script} exited {done.returncode}\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
+    )
+    for line in expect:
+        assert line in done.stdout, f"{script} did not report {line!r}:\n{done.stdout[-3000:]}"
