@@ -75,11 +75,16 @@ class FeatureServer:
             broker_port=self.broker_port,
             log_name=f"rmqgate-{self.starts}.log",
         )
-        self.process.wait_ready(timeout)
+        log_path = self.process.log_path
         try:
-            discover_broker(self.namesrv, timeout)
-        except RuntimeError as exc:
-            raise RuntimeError(f"{exc}:\n{log_tail(self.process.log_path)}") from None
+            self.process.wait_ready(timeout)  # (its error carries the log)
+            try:
+                discover_broker(self.namesrv, timeout)
+            except RuntimeError as exc:
+                raise RuntimeError(f"{exc}:\n{log_tail(log_path)}") from None
+        except BaseException:
+            self.stop()  # a server that never came up is not left running
+            raise
         return self
 
     def stop(self, timeout: float = 15.0) -> int | None:
