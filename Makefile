@@ -43,8 +43,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-test: setup
-	$(BIN)/ruff check .
+test: setup lint
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 bench: $(STAMP)
