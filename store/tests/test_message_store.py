@@ -642,6 +642,8 @@ def test_commitlog_warmer_zeroes_ahead_without_touching_records(tmp_path: Path, 
                 res = s.put_message(msg(body=body, qid=i % 3))
                 sent.append((res.physical_offset, body))
             assert res.status is PutMessageStatus.PUT_OK
+        if res.durable is not None:  # SYNC_FLUSH: the staged records reach the segment in this commit
+            assert res.durable.result(timeout=60) is PutMessageStatus.PUT_OK
         deadline = time.monotonic() + 5
         while s._warmer.warmed_to <= s.get_max_phy_offset() and time.monotonic() < deadline:
             time.sleep(0.01)
