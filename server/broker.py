@@ -32,7 +32,7 @@ from rmqgate.server.remoting import Channel, RemotingServer, RequestProcessor, c
 from rmqgate.server.send import SendMessageProcessor
 from rmqgate.server.stats import BrokerStats
 from rmqgate.server.topics import PERM_RW, SubscriptionGroupManager, TopicConfigManager, topic_config
-from rmqgate.store.api import MessageStore, open_store
+from rmqgate.store.api import SLAVE, MessageStore, open_store
 from rmqgate.wire.codes import RequestCode, ResponseCode
 from rmqgate.wire.command import RemotingCommand
 
@@ -52,6 +52,8 @@ class BrokerController:
     ) -> None:
         self.config = config
         self.store = store if store is not None else open_store(config.store_config())
+        # a slave's store takes no puts: no delayed delivery, no transaction check-backs (as Java's)
+        self.slave = self.store.config.broker_role == SLAVE
         self.topics = TopicConfigManager(config, self.store.meta)
         self.subscription_groups = SubscriptionGroupManager(config, self.store.meta)
         self.consumers = ConsumerManager(self.notify_consumer_ids_changed)
@@ -96,8 +98,9 @@ class BrokerController:
         self.pull_processor.hold.bind(loop, 5.0 if c.longPollingEnable else c.shortPollingTimeMills / 1000.0)
         await self.register_all()
         self._tasks.append(loop.create_task(self._register_loop()))
-        self.transactions.start()
-        self.schedule.start()
+        if not self.slave:
+            self.transactions.start()
+            self.schedule.start()
         self._tasks.append(loop.create_task(self._scan_loop()))
         self._tasks.append(loop.create_task(self._stats_loop()))
 

@@ -16,7 +16,7 @@ import socket
 from dataclasses import dataclass, field
 from typing import Any
 
-from rmqgate.store.api import DEFAULT_DELAY_LEVELS, StoreConfig
+from rmqgate.store.api import BROKER_ROLES, DEFAULT_DELAY_LEVELS, SLAVE, StoreConfig
 from rmqgate.wire.codes import ResponseCode
 
 
@@ -110,7 +110,8 @@ class BrokerConfig(PropertiesConfig):
     storePathRootDir: str = os.path.join(os.path.expanduser("~"), ".rmqgate", "store")
     storePathCommitLog: str | None = None
     flushDiskType: str = "ASYNC_FLUSH"
-    brokerRole: str = "ASYNC_MASTER"
+    brokerRole: str = "ASYNC_MASTER"  # ASYNC_MASTER / SYNC_MASTER / SLAVE, read at start
+    offsetCheckInSlave: bool = False
     autoCreateTopicEnable: bool = True
     autoCreateSubscriptionGroup: bool = True
     defaultTopicQueueNums: int = 8
@@ -152,6 +153,16 @@ class BrokerConfig(PropertiesConfig):
     configBlackList: str = "configBlackList;brokerConfigPath"  # keys UPDATE_BROKER_CONFIG refuses
     extra: dict[str, str] = field(default_factory=dict)
 
+    def check_role(self) -> None:
+        """BrokerStartup's rules: a master's brokerId is 0, a slave's must be above 0; an unknown
+        brokerRole is refused (``ConfigError``) rather than read as a master."""
+        if self.brokerRole not in BROKER_ROLES:
+            raise ConfigError(f"brokerRole={self.brokerRole!r}: not one of {', '.join(BROKER_ROLES)}")
+        if self.brokerRole != SLAVE:
+            self.brokerId = 0
+        elif self.brokerId <= 0:
+            raise ConfigError(f"brokerId={self.brokerId}: a slave's brokerId must be > 0")
+
     @property
     def broker_addr(self) -> str:
         return f"{self.brokerIP1}:{self.listenPort}"
@@ -171,6 +182,8 @@ class BrokerConfig(PropertiesConfig):
             index_dispatch_process=self.indexDispatchProcess,
             commitlog_warm_ahead=self.commitLogWarmAhead,
             flush_disk_type=self.flushDiskType,
+            broker_role=self.brokerRole,
+            offset_check_in_slave=self.offsetCheckInSlave,
             flush_interval_commitlog=self.flushIntervalCommitLog,
             flush_interval_consume_queue=self.flushIntervalConsumeQueue,
             sync_flush_timeout=self.syncFlushTimeout,
@@ -234,9 +247,17 @@ def update_from_body(config: PropertiesConfig, body: bytes | bytearray | memoryv
     return props
 
 
+class ConfigError(ValueError):
+    """A broker.conf the broker cannot start with (the message names the key)."""
+
+
 def load_broker_conf(path: str, config: BrokerConfig | None = None) -> BrokerConfig:
+    """``path``'s keys set on ``config``; ``ConfigError`` naming the key of a value that does not convert."""
     config = config or BrokerConfig()
     with open(path, encoding="utf-8") as f:
-        for key, value in parse_properties_text(f.read()).items():
-            config.set(key, value)
+        text = f.read()
+    try:
+        config.set_all(parse_properties_text(text))
+    except ValueError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
     return config

@@ -20,7 +20,7 @@ import os
 import signal
 import sys
 
-from rmqgate.server.config import BrokerConfig, NamesrvConfig, load_broker_conf
+from rmqgate.server.config import BrokerConfig, ConfigError, NamesrvConfig, load_broker_conf
 
 log = logging.getLogger("rmqgate.server.main")
 
@@ -60,6 +60,7 @@ def build_config(args: argparse.Namespace) -> BrokerConfig:
     if args.namesrv_addr:
         config.namesrvAddr = args.namesrv_addr
     config.storePathRootDir = os.path.expanduser(config.storePathRootDir)
+    config.check_role()
     return config
 
 
@@ -128,6 +129,9 @@ def run(args: argparse.Namespace) -> int:
     )
     try:
         return asyncio.run(serve(args))
+    except ConfigError as exc:
+        print(f"rmqgate serve: {exc}", file=sys.stderr)
+        return 2
     except OSError as exc:
         print(f"rmqgate serve: {exc}", file=sys.stderr)
         return 1

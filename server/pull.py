@@ -284,8 +284,11 @@ class PullMessageProcessor(RequestProcessor):
         )
         code = status_code(res.status, offset)
         self.stats.record_pull(topic, group, len(res.buffers) if code == ResponseCode.SUCCESS else 0)
-        if code == ResponseCode.PULL_OFFSET_MOVED and config.brokerRole != "SLAVE":
-            self._offset_moved(group, topic, queue_id, offset, res.next_begin_offset)
+        if code == ResponseCode.PULL_OFFSET_MOVED:
+            if not self.broker.slave or config.offsetCheckInSlave:
+                self._offset_moved(group, topic, queue_id, offset, res.next_begin_offset)
+            else:  # a slave does not correct offsets: the consumer retries (at the offset it asked)
+                code = ResponseCode.PULL_RETRY_IMMEDIATELY
         if (
             code == ResponseCode.PULL_NOT_FOUND
             and allow_suspend
@@ -307,7 +310,7 @@ class PullMessageProcessor(RequestProcessor):
                 },
                 b"".join(res.buffers) if code == ResponseCode.SUCCESS else None,
             )
-        if allow_suspend and flags & FLAG_COMMIT_OFFSET:
+        if allow_suspend and flags & FLAG_COMMIT_OFFSET and not self.broker.slave:
             self.store.meta.commit_offset(group, topic, queue_id, h.commit_offset)
         return response
 

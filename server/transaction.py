@@ -371,7 +371,7 @@ class EndTransactionProcessor(RequestProcessor):
 
     def process(self, channel: Channel, request: RemotingCommand) -> RemotingCommand | None:
         h = EndTransactionRequestHeader.from_ext(request.ext_fields or {})
-        if self.broker.config.brokerRole == "SLAVE":
+        if self.broker.slave:
             return request.response(ResponseCode.SLAVE_NOT_AVAILABLE)
         kind = h.commit_or_rollback
         if kind not in (COMMIT, ROLLBACK):

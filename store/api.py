@@ -37,6 +37,9 @@ if TYPE_CHECKING:
 
 ASYNC_FLUSH = "ASYNC_FLUSH"
 SYNC_FLUSH = "SYNC_FLUSH"
+#: ``BrokerRole``: a SLAVE's store takes no puts, and its pull offsets are not corrected
+BROKER_ROLES = ("ASYNC_MASTER", "SYNC_MASTER", "SLAVE")
+SLAVE = "SLAVE"
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 
@@ -67,6 +70,8 @@ class StoreConfig:
     index_dispatch_process: bool = True
     index_query_wait: int = 3000  # ms a query waits for the index to cover what was committed
     flush_disk_type: str = ASYNC_FLUSH
+    broker_role: str = "ASYNC_MASTER"  # read when the store opens
+    offset_check_in_slave: bool = False  # a SLAVE corrects a pull's next offset as a master does
     flush_interval_commitlog: int = 500  # ms
     # rmqgate: zero the CommitLog this many bytes ahead of the write position from a background
     # thread (page cache allocated off the put path, like RocketMQ's warmMapedFile); 0 = off

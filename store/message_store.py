@@ -29,6 +29,7 @@ from typing import Any
 
 from rmqgate.store.api import (
     SCHEDULE_TOPIC,
+    SLAVE,
     SYNC_FLUSH,
     ArrivalListener,
     DispatchRequest,
@@ -522,6 +523,9 @@ class DefaultMessageStore:
         self._valid_topics: set[str] = set()
         self._logics_error = False  # a dispatch failed: refuse writes (RocketMQ's makeLogicsQueueError)
         self._disk_full = False  # disk over DISK_WARNING_RATIO: refuse writes until cleanup frees space
+        self._slave = config.broker_role == SLAVE  # checkStoreStatus: a slave's store takes no puts
+        # nextOffsetCorrection: a slave (unless offsetCheckInSlave) answers the pull's own offset
+        self._correct_offsets = not self._slave or config.offset_check_in_slave
         self._last_store_ts = 0
         self._shutdown = True
         self._physical_memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
@@ -868,7 +872,7 @@ class DefaultMessageStore:
     def _prepare(self, msg: MessageExt) -> PutMessageStatus | None:
         """Checks and rewrites before encoding a batch's messages (``CommitLog.putMessages`` /
         ``checkStoreStatus``); unlike a single put, a batch schedules no DELAY levels."""
-        if self._shutdown or self._logics_error or self._disk_full:
+        if self._shutdown or self._logics_error or self._disk_full or self._slave:
             return PutMessageStatus.SERVICE_NOT_AVAILABLE
         if msg.topic not in self._valid_topics and not self._check_topic(msg.topic):
             return PutMessageStatus.MESSAGE_ILLEGAL
@@ -928,7 +932,7 @@ class DefaultMessageStore:
     def put_message(self, msg: MessageExt) -> PutResult:
         """Append one message (the hot path of ``put_messages`` for a batch of one): the record is
         encoded straight into the mapped segment (TOTALSIZE last) and dispatched inline."""
-        if self._shutdown or self._logics_error or self._disk_full:
+        if self._shutdown or self._logics_error or self._disk_full or self._slave:
             return PutResult(PutMessageStatus.SERVICE_NOT_AVAILABLE)
         topic = msg.topic
         props = msg.properties
@@ -1230,26 +1234,29 @@ class DefaultMessageStore:
         tags_filter: TagsFilter = None,
     ) -> GetResult:
         S = GetMessageStatus
+        fix = self._correct_offsets  # else each next offset below is the pull's own (a slave's)
         cq = self.consume_queues.get((topic, queue_id))
         if cq is None:
             # RocketMQ's findConsumeQueue creates an empty queue on demand, so a pull on a queue that
             # never got a message answers NO_MESSAGE_IN_QUEUE (none is created here for it)
-            return GetResult(S.NO_MESSAGE_IN_QUEUE, 0, 0, 0)
+            return GetResult(S.NO_MESSAGE_IN_QUEUE, 0 if fix else offset, 0, 0)
         min_off = cq.get_min_offset_in_queue()
         max_off = cq.get_max_offset_in_queue()
         if max_off == 0:
-            return GetResult(S.NO_MESSAGE_IN_QUEUE, 0, min_off, max_off)
+            return GetResult(S.NO_MESSAGE_IN_QUEUE, 0 if fix else offset, min_off, max_off)
         if offset < min_off:
-            return GetResult(S.OFFSET_TOO_SMALL, min_off, min_off, max_off)
+            return GetResult(S.OFFSET_TOO_SMALL, min_off if fix else offset, min_off, max_off)
         if offset == max_off:
             return GetResult(S.OFFSET_OVERFLOW_ONE, offset, min_off, max_off)
         if offset > max_off:
             # to the max offset whatever the min (4.9.4+; before, to 0 while the min was 0): what the
             # stock 4.9.8 broker answered in the corpus (h_PullByOffset, queueOffset=110 -> 10)
-            return GetResult(S.OFFSET_OVERFLOW_BADLY, max_off, min_off, max_off)
+            return GetResult(S.OFFSET_OVERFLOW_BADLY, max_off if fix else offset, min_off, max_off)
         units = cq.get_index_buffer(offset)
         if units is None:
-            return GetResult(S.OFFSET_FOUND_NULL, cq.roll_next_file(offset), min_off, max_off)
+            return GetResult(
+                S.OFFSET_FOUND_NULL, cq.roll_next_file(offset) if fix else offset, min_off, max_off
+            )
         if tags_filter is None:
             match = None
         elif callable(tags_filter):

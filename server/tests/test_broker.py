@@ -362,6 +362,42 @@ async def test_long_polling_wakes_on_arrival_and_times_out(Broker) -> None:
 
 
 @async_test
+async def test_a_slave_takes_no_puts_and_leaves_pull_offsets_alone(tmp_path: Path) -> None:
+    """brokerRole=SLAVE, as Java's: its store refuses puts (SERVICE_NOT_AVAILABLE), a pull's commit
+    offset is not stored, a pull past the queue is retried at its own offset instead of OFFSET_MOVED
+    (unless offsetCheckInSlave), END_TRANSACTION is refused; it serves what its store holds."""
+    root = str(tmp_path / "store")
+    async with _Broker(root) as master:
+        c = await master.client()
+        for i in range(3):
+            assert (await c.invoke(send_v2("T", f"m{i}".encode()))).code == 0
+        await c.aclose()
+    async with _Broker(root, brokerRole="SLAVE", brokerId=1) as slave:
+        assert slave.broker.slave
+        c = await slave.client()
+        resp = await c.invoke(send_v2("T", b"refused"))
+        assert resp.code == ResponseCode.SERVICE_NOT_AVAILABLE, resp
+        resp = await c.invoke(pull_cmd("T", 0, sys_flag=1 | 4, commit=2))  # FLAG_COMMIT_OFFSET
+        assert resp.code == 0 and [bytes(m.body) for m in iter_messages(resp.body)] == [b"m0", b"m1", b"m2"]
+        query = {"consumerGroup": "CG", "topic": "T", "queueId": "0"}
+        resp = await c.invoke(RemotingCommand.request(R.QUERY_CONSUMER_OFFSET, query))
+        assert (resp.code, resp.ext_fields["offset"]) == (0, "0")  # not the 2 the pull carried
+        resp = await c.invoke(pull_cmd("T", 10))
+        assert resp.code == ResponseCode.PULL_RETRY_IMMEDIATELY, resp
+        assert (resp.ext_fields["nextBeginOffset"], resp.ext_fields["maxOffset"]) == ("10", "3")
+        end = {"producerGroup": "PG", "tranStateTableOffset": "0", "commitLogOffset": "0",
+               "commitOrRollback": "8", "fromTransactionCheck": "false", "msgId": "x"}  # fmt: skip
+        resp = await c.invoke(RemotingCommand.request(R.END_TRANSACTION, end))
+        assert resp.code == ResponseCode.SLAVE_NOT_AVAILABLE, resp
+        await c.aclose()
+    async with _Broker(root, brokerRole="SLAVE", brokerId=1, offsetCheckInSlave=True) as slave:
+        c = await slave.client()
+        resp = await c.invoke(pull_cmd("T", 10))
+        assert (resp.code, resp.ext_fields["nextBeginOffset"]) == (ResponseCode.PULL_OFFSET_MOVED, "3")
+        await c.aclose()
+
+
+@async_test
 async def test_offsets_and_commit_side_effect(Broker) -> None:
     async with Broker() as b:
         c = await b.client()

@@ -8,12 +8,14 @@ import pytest
 
 from rmqgate.server.config import (
     BrokerConfig,
+    ConfigError,
     ConfigUpdateRefused,
     NamesrvConfig,
     load_broker_conf,
     parse_properties_text,
     update_from_body,
 )
+from rmqgate.tools.cli import main
 from rmqgate.wire.codes import ResponseCode
 
 
@@ -51,6 +53,34 @@ def test_broker_conf_keys_and_defaults(tmp_path: Path) -> None:
         "DefaultCluster", 10911, 8, True,
     )  # fmt: skip
     assert d.regionId == "DefaultRegion" and d.channelExpiredTimeout == 120_000
+
+
+def test_broker_role_rules_as_broker_startup() -> None:
+    master = BrokerConfig(brokerRole="SYNC_MASTER", brokerId=3)
+    master.check_role()
+    assert master.brokerId == 0  # a master is always id 0
+    slave = BrokerConfig(brokerRole="SLAVE", brokerId=2)
+    slave.check_role()
+    assert slave.brokerId == 2 and slave.store_config().broker_role == "SLAVE"
+    with pytest.raises(ConfigError, match="a slave's brokerId must be > 0"):
+        BrokerConfig(brokerRole="SLAVE").check_role()
+    with pytest.raises(ConfigError, match="brokerRole='MASTER': not one of ASYNC_MASTER, SYNC_MASTER, SLAVE"):
+        BrokerConfig(brokerRole="MASTER").check_role()
+
+
+def test_a_broker_conf_value_that_does_not_convert_is_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    conf = tmp_path / "broker.conf"
+    conf.write_text("brokerName=b\nlistenPort = abc\n")
+    with pytest.raises(ConfigError, match=r"broker.conf: listenPort='abc': invalid literal"):
+        load_broker_conf(str(conf))
+    store = tmp_path / "store"
+    assert main(["serve", "--conf", str(conf), "--store", str(store), "--namesrv-port", "0"]) == 2
+    assert capsys.readouterr().err.startswith("rmqgate serve: ")  # one line, no traceback
+    conf.write_text("brokerRole=SLAVE\n")
+    assert main(["serve", "--conf", str(conf), "--store", str(store), "--namesrv-port", "0"]) == 2
+    assert "a slave's brokerId must be > 0" in capsys.readouterr().err
 
 
 def test_update_from_body_sets_all_or_nothing() -> None:
