@@ -8,7 +8,8 @@ from pathlib import Path
 from rmqgate.store.layout import CQ_UNIT, CQ_UNIT_SIZE
 from rmqgate.store.mapped_file import PAGE_SIZE, MappedFileQueue
 
-BLANK_UNIT = CQ_UNIT.pack(0, 0x7FFFFFFF, 0)  # padding before the first real unit of a late-created queue
+BLANK_SIZE = 0x7FFFFFFF
+BLANK_UNIT = CQ_UNIT.pack(0, BLANK_SIZE, 0)  # padding before the first real unit of a late-created queue
 _unpack_from = CQ_UNIT.unpack_from
 _pack_into = CQ_UNIT.pack_into
 
@@ -185,20 +186,28 @@ class ConsumeQueue:
         return right if abs(timestamp - left_t) > abs(timestamp - right_t) else left
 
     def truncate_dirty(self, phy_end: int) -> None:
-        """Drop units whose record ends beyond ``phy_end`` (CommitLog was truncated)."""
-        while True:
-            last = self.last_unit()
-            if last is None or last[1] + last[2] <= phy_end:
-                break
-            self._truncate_to(last[0])
+        """Drop the units whose record ends beyond ``phy_end`` (the CommitLog was cut there) in one
+        cut: units follow the CommitLog's order, so the first such unit is found by bisection (blank
+        padding units stay)."""
+        lo, hi = self.get_min_offset_in_queue(), self.get_max_offset_in_queue()
+        while lo < hi:
+            mid = (lo + hi) // 2
+            u = self.get_unit(mid)
+            if u is None or u[1] == BLANK_SIZE or u[0] + u[1] <= phy_end:
+                lo = mid + 1
+            else:
+                hi = mid
+        self.truncate_to(lo)
+
+    def truncate_to(self, offset: int) -> None:
+        """Keep only the units below logical ``offset`` (a no-op at or past the end)."""
+        pos = offset * CQ_UNIT_SIZE
+        if pos < self.queue.get_max_offset():
+            self.queue.set_positions(pos)
+            if not self.queue.files:
+                self.min_logic_offset = min(self.min_logic_offset, pos)
         last = self.last_unit()
         self.max_physic_offset = last[1] + last[2] if last else -1
-
-    def _truncate_to(self, offset: int) -> None:
-        pos = offset * CQ_UNIT_SIZE
-        self.queue.set_positions(pos)
-        if not self.queue.files:
-            self.min_logic_offset = min(self.min_logic_offset, pos)
 
     def delete_expired_files(self, min_phy_offset: int) -> int:
         """Remove leading segments whose last unit points below the CommitLog's min offset."""

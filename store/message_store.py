@@ -43,7 +43,7 @@ from rmqgate.store.api import (
 )
 from rmqgate.store.checkpoint import StoreCheckpoint
 from rmqgate.store.config_io import import_config
-from rmqgate.store.consume_queue import ConsumeQueue
+from rmqgate.store.consume_queue import BLANK_SIZE, ConsumeQueue
 from rmqgate.store.index_dispatch import PROGRESS_FILE, DispatcherArgs, DispatchProgress, IndexDispatchProcess
 from rmqgate.store.index_file import IndexReader, IndexService
 from rmqgate.store.layout import CQ_UNIT, CQ_UNIT_SIZE
@@ -788,26 +788,23 @@ class DefaultMessageStore:
         A unit below the CommitLog's first segment stays: its record expired (an idle queue), and
         dropping it would hand its queue offsets out again."""
         min_phy = self.commitlog.get_min_offset()
-        while True:
-            last = cq.last_unit()
-            if last is None:
-                return
-            offset, phys, size, _ = last
-            if phys < min_phy:
-                return
+        first = cq.get_min_offset_in_queue()
+        offset = cq.get_max_offset_in_queue()
+        while offset > first:  # back from the last unit to the first that checks out; one cut
+            unit = cq.get_unit(offset - 1)
+            if unit is None or unit[0] < min_phy or unit[1] == BLANK_SIZE:
+                break
+            phys, size, _ = unit
             rec = self.commitlog.record_at(phys)
-            ok = False
             if rec is not None and len(rec) == size:
                 try:
                     m = decode_message(rec, 0, with_body=False)
-                    ok = m.topic == cq.topic and m.queue_id == cq.queue_id and m.queue_offset == offset
+                    if m.topic == cq.topic and m.queue_id == cq.queue_id and m.queue_offset == offset - 1:
+                        break
                 except MessageFormatError:
-                    ok = False
-            if ok:
-                return
-            cq._truncate_to(offset)
-            prev = cq.last_unit()
-            cq.max_physic_offset = prev[1] + prev[2] if prev else -1
+                    pass
+            offset -= 1
+        cq.truncate_to(offset)
 
     def _reput(self, start: int, end: int) -> None:
         """Dispatch CommitLog records in [start, end) to ConsumeQueues and the index (idempotent)."""

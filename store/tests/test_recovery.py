@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from rmqgate.store.api import GetMessageStatus, PutMessageStatus, StoreConfig
+from rmqgate.store.mapped_file import MappedFile
 from rmqgate.store.message_store import DefaultMessageStore
 from rmqgate.wire.message import MessageExt, decode_message, iter_commitlog
 
@@ -274,6 +275,45 @@ def test_dropped_records_never_resurface(tmp_path: Path) -> None:
         assert s.get_max_phy_offset() == d.physical_offset + d.wrote_bytes
         assert s.get_max_offset_in_queue("R", 0) == 2
         assert s.look_message_by_offset(c.physical_offset) is None
+    finally:
+        s.shutdown()
+
+
+@pytest.mark.parametrize("clean", [True, False], ids=["after-clean-stop", "after-crash"])
+def test_a_cut_behind_thousands_of_units_is_one_consume_queue_cut(
+    tmp_path: Path, clean: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A corrupt second record cuts 1,999 ConsumeQueue units over 67 files. Recovery finds the cut by
+    bisection and makes it once (each cut zeroes the rest of a file: one per unit took 12 ms each)."""
+    config = small(tmp_path)
+    config.mapped_file_size_commitlog = 512 * 1024  # one segment: normal recovery checks it too
+    s = DefaultMessageStore.open(config, start_services=False)
+    first, second = (s.put_message(MessageExt("R", body=b"r" * 20)) for _ in range(2))
+    for _ in range(1998):
+        s.put_message(MessageExt("R", body=b"r" * 20))
+    s.shutdown() if clean else crash(s)
+    path, rel = segment_of(tmp_path, second.physical_offset, config.mapped_file_size_commitlog)
+    data = bytearray(path.read_bytes())
+    data[rel + 100] ^= 0xFF
+    path.write_bytes(bytes(data))
+    cuts: list[str] = []
+    zero_from = MappedFile.zero_from
+
+    def counted(f: MappedFile, pos: int) -> None:
+        if "consumequeue" in str(f.path):
+            cuts.append(f"{f.path.name}@{pos}")
+        zero_from(f, pos)
+
+    monkeypatch.setattr(MappedFile, "zero_from", counted)
+    s = DefaultMessageStore.open(config, start_services=False)
+    try:
+        assert s.get_max_phy_offset() == second.physical_offset
+        assert (s.get_min_offset_in_queue("R", 0), s.get_max_offset_in_queue("R", 0)) == (0, 1)
+        # the queue's own recovery zeroes past its last unit once; then the one cut
+        assert len(cuts) <= 2 and cuts[-1] == f"{0:020d}@20", cuts
+        assert sorted(p.name for p in (tmp_path / "consumequeue" / "R" / "0").iterdir()) == [f"{0:020d}"]
+        assert s.put_message(MessageExt("R", body=b"n")).queue_offset == 1
+        assert first.queue_offset == 0
     finally:
         s.shutdown()
 
