@@ -523,6 +523,7 @@ class DefaultMessageStore:
         self._valid_topics: set[str] = set()
         self._logics_error = False  # a dispatch failed: refuse writes (RocketMQ's makeLogicsQueueError)
         self._disk_full = False  # disk over DISK_WARNING_RATIO: refuse writes until cleanup frees space
+        self._cleaned_below = -1  # the CommitLog min offset ConsumeQueue and index files were cleaned to
         self._slave = config.broker_role == SLAVE  # checkStoreStatus: a slave's store takes no puts
         # nextOffsetCorrection: a slave (unless offsetCheckInSlave) answers the pull's own offset
         self._correct_offsets = not self._slave or config.offset_check_in_slave
@@ -1474,7 +1475,7 @@ class DefaultMessageStore:
         timeup = any(h.strip().isdigit() and int(h) == hour for h in cfg.delete_when.split(";"))
         usage = shutil.disk_usage(self.root)
         ratio = usage.used * 100 / usage.total if usage.total else 0
-        spacefull = ratio > cfg.disk_max_used_space_ratio
+        spacefull = ratio > min(max(cfg.disk_max_used_space_ratio, 10), 95)  # as getDiskMaxUsedSpaceRatio
         self._disk_full = ratio > _DISK_WARNING_RATIO  # like RunningFlags DISK_FULL
         deleted = 0
         if timeup or spacefull or force:
@@ -1486,12 +1487,14 @@ class DefaultMessageStore:
                     q.delete_first(n)
                 deleted = n
         min_phy = self.commitlog.get_min_offset()
-        for cq in list(self.consume_queues.values()):
-            cq.delete_expired_files(min_phy)
-        if self._index_process is not None:
-            self._index_process.progress.set("min_phy_offset", min_phy)
-        else:
-            self.index.delete_expired(min_phy)
+        if min_phy > self._cleaned_below:  # CleanConsumeQueueService: only once the min offset moved
+            self._cleaned_below = min_phy
+            for cq in list(self.consume_queues.values()):
+                cq.delete_expired_files(min_phy)
+            if self._index_process is not None:
+                self._index_process.progress.set("min_phy_offset", min_phy)
+            else:
+                self.index.delete_expired(min_phy)
         return deleted
 
     def put_totals(self) -> tuple[int, int]:

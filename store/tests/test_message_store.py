@@ -17,6 +17,7 @@ from rmqgate.store.api import (
     StoreConfig,
     open_store,
 )
+from rmqgate.store.consume_queue import ConsumeQueue
 from rmqgate.store.message_store import DefaultMessageStore
 from rmqgate.wire.message import (
     MAGIC_V1,
@@ -608,6 +609,39 @@ def test_disk_full_refuses_writes_and_cleans_forcibly(
         usage["used"] = 60
         s.clean_expired_files()
         assert s.put_message(msg()).status is PutMessageStatus.PUT_OK
+        for _ in range(60):
+            s.put_message(msg(body=os.urandom(900)))
+        s.config.disk_max_used_space_ratio = 99  # read as 95, as Java's getDiskMaxUsedSpaceRatio clamps it
+        usage["used"] = 96
+        before = s.get_min_phy_offset()
+        assert s.clean_expired_files() > 0 and s.get_min_phy_offset() > before
+    finally:
+        s.shutdown()
+
+
+def test_consume_queues_are_cleaned_only_when_the_commitlog_min_offset_moved(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """CleanConsumeQueueService's rule: a cleanup round that deleted no CommitLog segment scans no
+    ConsumeQueue (each scan walks a queue's first file, every 10 s, for every queue)."""
+    scans: list[str] = []
+    delete_expired_files = ConsumeQueue.delete_expired_files
+
+    def counted(cq: ConsumeQueue, min_phy: int) -> int:
+        scans.append(cq.topic)
+        return delete_expired_files(cq, min_phy)
+
+    monkeypatch.setattr(ConsumeQueue, "delete_expired_files", counted)
+    s = DefaultMessageStore.open(cfg(tmp_path, file_reserved_time=0, delete_when="99"), start_services=False)
+    try:
+        for i in range(60):
+            s.put_message(msg(body=os.urandom(900), qid=i % 2))
+        s.clean_expired_files()
+        assert scans == ["T", "T"]  # the first round after the start
+        s.clean_expired_files()
+        assert scans == ["T", "T"]  # nothing deleted, no scan
+        assert s.clean_expired_files(force=True) > 0
+        assert scans == ["T"] * 4 and s.get_min_offset_in_queue("T", 0) > 0
     finally:
         s.shutdown()
 
