@@ -225,6 +225,14 @@ def test_pull_tag_filtering(cluster, uniq, make_topic, ser):
         resp = pull_all(c, group, topic, 0, subscription="TagZ")
         assert resp.code == ResponseCode.PULL_RETRY_IMMEDIATELY
         assert resp.ext_fields["nextBeginOffset"] == "5"
+        # FilterAPI: only no text, "" or "*" is every tag; " " and " *" (the tag "*") match none here
+        for sub in (" ", " *"):
+            resp = pull_all(c, group, topic, 0, subscription=sub)
+            assert resp.code == ResponseCode.PULL_RETRY_IMMEDIATELY, (sub, resp)
+        resp = pull_all(c, group, topic, 0, subscription="TagC||")  # trailing empty parts dropped
+        assert [bytes(m.body) for m in decode_messages(resp.body)] == [b"2"]
+        resp = pull_all(c, group, topic, 0, subscription="||")  # splits into nothing
+        assert resp.code == ResponseCode.SUBSCRIPTION_PARSE_FAILED, resp
 
 
 def test_pull_uses_heartbeat_subscription(cluster, uniq, make_topic, broker):

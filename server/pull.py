@@ -16,7 +16,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, ClassVar
 
-from rmqgate.server.consumer import SubscriptionData
+from rmqgate.server.consumer import SubscriptionData, SubscriptionParseError
 from rmqgate.server.remoting import Channel, RequestProcessor
 from rmqgate.server.topics import OFFSET_MOVED_EVENT, PERM_READ
 from rmqgate.store.api import DispatchRequest, GetMessageStatus, PutMessageStatus
@@ -248,7 +248,12 @@ class PullMessageProcessor(RequestProcessor):
                 {},
             )
         if flags & FLAG_SUBSCRIPTION:
-            sub = SubscriptionData.build(topic, h.subscription, h.expression_type, h.sub_version)
+            try:
+                sub = SubscriptionData.build(topic, h.subscription, h.expression_type, h.sub_version)
+            except SubscriptionParseError:
+                return request.response(
+                    ResponseCode.SUBSCRIPTION_PARSE_FAILED, "parse the consumer's subscription failed", {}
+                )
         else:
             cgi = broker.consumers.find(group)
             if cgi is None:
