@@ -44,7 +44,7 @@ class ConsumeQueue:
                 off, size, _ = _unpack_from(buf, pos)
                 if off < 0 or size <= 0:
                     break
-                if size != 0x7FFFFFFF:
+                if size != BLANK_SIZE:
                     self.max_physic_offset = off + size
                 pos += CQ_UNIT_SIZE
             end = f.file_from_offset + pos
@@ -68,7 +68,7 @@ class ConsumeQueue:
         buf = first.buf
         for pos in range(0, first.wrote_position, CQ_UNIT_SIZE):
             off, size, _ = _unpack_from(buf, pos)
-            if size != 0x7FFFFFFF and off >= min_phy_offset:
+            if size != BLANK_SIZE and off >= min_phy_offset:
                 self.min_logic_offset = max(self.min_logic_offset, first.file_from_offset + pos)
                 return
         # nothing valid in the first segment: everything it holds is gone
@@ -215,7 +215,7 @@ class ConsumeQueue:
         n = 0
         for f in q.files[:-1]:
             off, size, _ = _unpack_from(f.buf, f.file_size - CQ_UNIT_SIZE)
-            if off + size > min_phy_offset and size != 0x7FFFFFFF:
+            if off + size > min_phy_offset and size != BLANK_SIZE:
                 break
             n += 1
         if n:

@@ -1274,7 +1274,7 @@ class DefaultMessageStore:
         status = S.NO_MATCHED_MESSAGE
         commitlog = self.commitlog
         for phys, size, tcode in CQ_UNIT.iter_unpack(units[:limit]):
-            if size == 0x7FFFFFFF:
+            if size == BLANK_SIZE:
                 i += CQ_UNIT_SIZE
                 continue
             max_pulling = phys
