@@ -213,6 +213,8 @@ class SendMessageProcessor(RequestProcessor):
                 )
             props[PROPERTY_REAL_TOPIC] = topic
             props[PROPERTY_REAL_QID] = str(queue_id)
+            if wait is not None:  # parseHalfMessageInner writes the properties again, WAIT included
+                props[PROPERTY_WAIT] = wait
             sys_flag = reset_transaction(sys_flag, 0)
             topic, queue_id = RMQ_SYS_TRANS_HALF_TOPIC, 0
         msg = MessageExt(

@@ -37,7 +37,6 @@ from rmqgate.wire.message import (
     PROPERTY_REAL_TOPIC,
     PROPERTY_TAGS,
     PROPERTY_TRANSACTION_CHECK_TIMES,
-    PROPERTY_TRANSACTION_PREPARED,
     PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET,
     PROPERTY_UNIQ_KEY,
     PROPERTY_WAIT,
@@ -83,9 +82,9 @@ def _java_int(text: str | None) -> int:
 
 
 def _copy(msg: MessageExt, **changes: Any) -> MessageExt:
-    """A new inner message from a stored one (body copied out of the mmap, properties re-encoded)."""
+    """A new inner message from a stored one (body copied out of the mmap, every property kept, as
+    Java's renewHalfMessageInner and endMessageTransaction write the stored properties string)."""
     props = dict(msg.properties)
-    props.pop(PROPERTY_WAIT, None)
     return dataclasses.replace(
         msg, body=bytes(msg.body), properties=props, properties_raw=None, store_size=0, **changes
     )
@@ -202,17 +201,16 @@ class TransactionalMessageService:
         return True
 
     def final_message(self, half: MessageExt, tx_type: int) -> MessageExt:
-        """``endMessageTransaction``: the half restored to its real topic, TRAN_MSG cleared."""
-        msg = _copy(
+        """``endMessageTransaction``: the half restored to its real topic with the half's properties
+        as stored. Java clears TRAN_MSG, REAL_TOPIC and REAL_QID only after writing the properties
+        string, so a consumer of a 4.9.8 broker sees them (and WAIT, PGROUP) on committed messages."""
+        return _copy(
             half,
             topic=half.properties.get(PROPERTY_REAL_TOPIC, ""),
             queue_id=int(half.properties.get(PROPERTY_REAL_QUEUE_ID, "0") or 0),
             sys_flag=reset_transaction(half.sys_flag, tx_type),
             prepared_transaction_offset=half.commit_log_offset,
         )
-        for key in (PROPERTY_REAL_TOPIC, PROPERTY_REAL_QUEUE_ID, PROPERTY_TRANSACTION_PREPARED):
-            msg.properties.pop(key, None)
-        return msg
 
     # -- check service --
     def start(self) -> None:
@@ -351,6 +349,7 @@ def check_request(half: MessageExt) -> RemotingCommand:
         queue_id=int(props.get(PROPERTY_REAL_QUEUE_ID, str(half.queue_id)) or 0),
     )
     real.store_timestamp = half.store_timestamp
+    real.properties[PROPERTY_WAIT] = "false"  # renewHalfMessageInner's setWaitStoreMsgOK(false) shows here
     ext = {
         "tranStateTableOffset": str(half.queue_offset),
         "commitLogOffset": str(half.commit_log_offset),

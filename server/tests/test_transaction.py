@@ -23,6 +23,7 @@ from rmqgate.server.topics import (
     RMQ_SYS_TRANS_OP_HALF_TOPIC,
 )
 from rmqgate.server.transaction import CID_RMQ_SYS_TRANS
+from rmqgate.tools.pcap import read_frames
 from rmqgate.wire import RemotingCommand, ResponseCode
 from rmqgate.wire.codes import RequestCode as R
 from rmqgate.wire.message import (
@@ -31,6 +32,7 @@ from rmqgate.wire.message import (
     decode_offset_msg_id,
     format_properties,
     iter_messages,
+    parse_properties,
 )
 
 COMMIT, ROLLBACK, UNKNOWN = 8, 12, 0
@@ -135,7 +137,10 @@ async def test_half_invisible_commit_visible_once(tmp_path: Path) -> None:
         await wait_for(lambda: broker.store.get_max_offset_in_queue("TxT", 1) == 1)
         (real,) = stored(broker, "TxT", 1)
         assert bytes(real.body) == b"tx" and real.properties["UNIQ_KEY"] == "U1"
-        assert "TRAN_MSG" not in real.properties and "REAL_TOPIC" not in real.properties
+        # as a 4.9.8 broker stores it: Java clears these only after writing the properties string
+        assert {k: real.properties.get(k) for k in ("TRAN_MSG", "REAL_TOPIC", "REAL_QID", "WAIT", "PGROUP")} == {
+            "TRAN_MSG": "true", "REAL_TOPIC": "TxT", "REAL_QID": "1", "WAIT": "true", "PGROUP": "PG",
+        }  # fmt: skip
         assert real.properties["TAGS"] == "TagTx"
         assert real.sys_flag & MessageSysFlag.TRANSACTION_MASK == MessageSysFlag.TRANSACTION_COMMIT
         assert real.prepared_transaction_offset == phys
@@ -206,12 +211,77 @@ async def test_check_back_resolves_on_the_producer_connection(tmp_path: Path) ->
         body = decode_message(check.body or b"", 0)
         assert body.topic == "TxC" and body.queue_id == 1 and bytes(body.body) == b"tx"
         assert body.properties["TRANSACTION_CHECK_TIMES"] == "1" and body.offset_msg_id == ext["offsetMsgId"]
+        assert body.properties["WAIT"] == "false"  # as Java's check request body shows it
         c.invoke_oneway(end_request("PGC", new_qoff, new_phys, COMMIT, "U3", from_check=True))
         await wait_for(lambda: broker.store.get_max_offset_in_queue("TxC", 1) == 1)
+        (real,) = stored(broker, "TxC", 1)
+        assert (real.properties["TRANSACTION_CHECK_TIMES"], real.properties["WAIT"]) == ("1", "true")
         # no further checks once resolved (a pass runs every second: the END has that long to land)
         await asyncio.sleep(1.5)
         assert checks.empty()
         assert broker.store.meta.query_offset(CID_RMQ_SYS_TRANS, RMQ_SYS_TRANS_HALF_TOPIC, 0) == 2
+        await c.aclose()
+    finally:
+        await broker.stop()
+
+
+def _java_transaction_properties(corpus: Path) -> tuple[dict[str, str], dict[str, str], dict[str, str]]:
+    """From the corpus capture of the official Python client against a 4.9.8 broker: one transactional
+    send's properties, the same message as a consumer pulled it once committed, and a check body's."""
+    pcap = corpus / "pcap-thirdparty" / "official-rocketmq-client-python-2.0.0.pcap"
+    sent: dict[str, dict[str, str]] = {}
+    pulled: dict[str, dict[str, str]] = {}
+    checked: dict[str, str] = {}
+    codes: dict[tuple[int, int], int] = {}
+    for frame in read_frames(pcap):
+        cmd = frame.command
+        if cmd is None:
+            continue
+        if not cmd.is_response:
+            codes[(frame.conn_id, cmd.opaque)] = cmd.code
+            if cmd.code == R.SEND_MESSAGE_V2 and "TRAN_MSG" in (cmd.ext_fields or {}).get("i", ""):
+                props = parse_properties(cmd.ext_fields["i"])
+                sent[props["UNIQ_KEY"]] = props
+            elif cmd.code == R.CHECK_TRANSACTION_STATE:
+                checked = decode_message(bytes(cmd.body), 0).properties
+        elif codes.get((frame.conn_id, cmd.opaque)) == R.PULL_MESSAGE and cmd.code == 0 and cmd.body:
+            for m in iter_messages(cmd.body):
+                if m.sys_flag & MessageSysFlag.TRANSACTION_MASK == COMMIT:
+                    pulled[m.properties["UNIQ_KEY"]] = dict(m.properties)
+    uniq = next(u for u, p in pulled.items() if "TRANSACTION_CHECK_TIMES" not in p)  # committed unchecked
+    return sent[uniq], pulled[uniq], checked
+
+
+@async_test
+async def test_committed_message_properties_match_the_java_broker_in_the_corpus(
+    tmp_path: Path, corpus: Path
+) -> None:
+    """What a consumer of the 4.9.8 broker got for a committed transaction (the half's properties kept,
+    plus REAL_TOPIC, REAL_QID and CLUSTER) is what it gets from rmqgate for the same send."""
+    java_sent, java_pulled, java_check = _java_transaction_properties(corpus)
+    assert java_check["WAIT"] == "false" and java_pulled["WAIT"] == java_sent["WAIT"] == "true"
+    broker = make_broker(tmp_path / "s")
+    await broker.start()
+    try:
+        c = await RemotingClient.connect("127.0.0.1", broker.port)
+        request = half_request("TxJ", java_sent["PGROUP"], "UJ")
+        request.ext_fields["i"] = format_properties({**java_sent, "UNIQ_KEY": "UJ"})
+        resp = await c.invoke(request)
+        assert resp.code == 0, resp
+        qoff, phys = int(resp.ext_fields["queueOffset"]), decode_offset_msg_id(resp.ext_fields["msgId"])[2]
+        c.invoke_oneway(end_request(java_sent["PGROUP"], qoff, phys, COMMIT, "UJ"))
+        await wait_for(lambda: broker.store.get_max_offset_in_queue("TxJ", 1) == 1)
+        (real,) = stored(broker, "TxJ", 1)
+        ours = real.properties
+        assert (
+            set(ours) - set(java_sent)
+            == set(java_pulled) - set(java_sent)
+            == {"REAL_TOPIC", "REAL_QID", "CLUSTER"}
+        )
+        assert set(java_sent) - set(ours) == set(java_sent) - set(java_pulled) == set()
+        assert {k: v for k, v in ours.items() if k not in ("UNIQ_KEY", "REAL_TOPIC", "REAL_QID")} == {
+            k: v for k, v in java_pulled.items() if k not in ("UNIQ_KEY", "REAL_TOPIC", "REAL_QID")
+        }
         await c.aclose()
     finally:
         await broker.stop()
