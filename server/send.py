@@ -148,7 +148,11 @@ class SendMessageProcessor(RequestProcessor):
         h = _from_v1(ext) if request.code == _V1 else _from_v2(ext)
         topic = h.topic
         tc = self.topic_table.get(topic)
-        if tc is None or topic in NOT_ALLOWED_SEND_TOPICS or not tc["perm"] & PERM_WRITE:
+        if (
+            tc is None
+            or topic in NOT_ALLOWED_SEND_TOPICS
+            or not self.broker.config.brokerPermission & PERM_WRITE
+        ):
             created = tc is None
             checked = self._msg_check(channel, request, h)
             if type(checked) is RemotingCommand:
@@ -339,7 +343,10 @@ class SendMessageProcessor(RequestProcessor):
     ) -> dict[str, Any] | RemotingCommand:
         broker = self.broker
         topic = h.topic
-        if not broker.config.brokerPermission & PERM_WRITE:
+        known = broker.topics.get(topic)
+        # 4.9.8's msgCheck: a broker without W refuses sends to order topics only (others go on, and a
+        # new topic is still created), and a topic's own perm is never read on this path
+        if not broker.config.brokerPermission & PERM_WRITE and known is not None and known.get("order"):
             return request.response(
                 ResponseCode.NO_PERMISSION,
                 f"the broker[{broker.config.brokerIP1}] sending message is forbidden",
@@ -351,7 +358,7 @@ class SendMessageProcessor(RequestProcessor):
             return request.response(
                 ResponseCode.NO_PERMISSION, f"Sending message to topic[{topic}] is forbidden."
             )
-        tc = broker.topics.get(topic)
+        tc = known
         if tc is None:
             sys_flag = 0
             if h.unit_mode:
@@ -367,10 +374,6 @@ class SendMessageProcessor(RequestProcessor):
                 return request.response(
                     ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!{FAQ}"
                 )
-        if not tc["perm"] & PERM_WRITE:
-            return request.response(
-                ResponseCode.NO_PERMISSION, f"the topic[{topic}] sending message is forbidden"
-            )
         return tc
 
     def _retry_or_dlq(

@@ -239,6 +239,35 @@ async def test_send_validation(Broker) -> None:
 
 
 @async_test
+async def test_send_permissions_are_msg_check_s(Broker) -> None:
+    """4.9.8's msgCheck: a broker without W (wipeWritePerm) refuses sends to order topics only, others
+    are stored and a new topic is still created; a topic's own perm is never read on the send path."""
+
+    def create(topic: str, perm: int) -> RemotingCommand:
+        return RemotingCommand.request(
+            R.UPDATE_AND_CREATE_TOPIC,
+            {"topic": topic, "defaultTopic": "TBW102", "readQueueNums": "1", "writeQueueNums": "1", "perm": str(perm),
+             "topicFilterType": "SINGLE_TAG", "topicSysFlag": "0", "order": "false"},
+        )  # fmt: skip
+
+    async with Broker() as b:
+        c = await b.client()
+        assert (await c.invoke(create("ReadOnly", 4))).code == 0
+        assert (await c.invoke(send_v2("ReadOnly"))).code == 0
+        await c.aclose()
+    async with Broker(brokerPermission=4) as b:
+        c = await b.client()
+        b.broker.topics.put(topic_config("Ordered", 1, 1, order=True), notify=False)  # (ORDER_TOPIC_CONFIG)
+        assert (await c.invoke(create("Plain", 6))).code == 0
+        resp = await c.invoke(send_v2("Ordered"))
+        assert resp.code == ResponseCode.NO_PERMISSION and "sending message is forbidden" in resp.remark
+        assert (await c.invoke(send_v2("Plain"))).code == 0
+        assert (await c.invoke(send_v2("BrandNew"))).code == 0  # auto-created, as Java does
+        assert [bytes(m.body) for m in stored(b.broker, "Plain")] == [b"hello"]
+        await c.aclose()
+
+
+@async_test
 async def test_badly_typed_json_bodies_are_refused_naming_the_field(Broker, caplog) -> None:
     """A JSON body value of the wrong type gets SYSTEM_ERROR naming the field (no processor failing on
     it), and a refused subscription group is not stored: a later heartbeat of that group still works."""
