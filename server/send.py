@@ -58,7 +58,6 @@ _from_v1 = SendMessageRequestHeader.from_ext
 _V1 = RequestCode.SEND_MESSAGE
 _BATCH = RequestCode.SEND_BATCH_MESSAGE
 _MULTI_TAGS = MessageSysFlag.MULTI_TAGS
-_PREPARED = MessageSysFlag.TRANSACTION_PREPARED
 _BORN_V6 = MessageSysFlag.BORNHOST_V6
 _PUT_OK = PutMessageStatus.PUT_OK
 _randrange = random.randrange
@@ -209,7 +208,8 @@ class SendMessageProcessor(RequestProcessor):
         props = parse_properties(h.properties) if h.properties else {}
         wait = props.pop(PROPERTY_WAIT, None)
         props[PROPERTY_CLUSTER] = self.cluster
-        if sys_flag & _PREPARED and props.get(PROPERTY_TRANSACTION_PREPARED) == "true":
+        tran = props.get(PROPERTY_TRANSACTION_PREPARED)
+        if tran is not None and tran.lower() == "true":  # Boolean.parseBoolean; the sysFlag is not read
             if self.broker.config.rejectTransactionMessage:
                 return request.response(
                     ResponseCode.NO_PERMISSION,

@@ -123,6 +123,28 @@ async def heartbeat(c: RemotingClient, client_id: str, group: str) -> None:
 
 
 @async_test
+async def test_a_half_is_known_by_tran_msg_alone(tmp_path: Path) -> None:
+    """SendMessageProcessor parks a message as a half when TRAN_MSG parses as true (Boolean.parseBoolean,
+    any case), whatever its sysFlag says."""
+    broker = make_broker(tmp_path / "s")
+    await broker.start()
+    try:
+        c = await RemotingClient.connect("127.0.0.1", broker.port)
+        upper = half_request("TxU", "PG", "UU")
+        upper.ext_fields["i"] = upper.ext_fields["i"].replace("TRAN_MSG\x01true", "TRAN_MSG\x01TRUE")
+        no_flag = half_request("TxU", "PG", "UN")
+        no_flag.ext_fields["f"] = "0"
+        for request in (upper, no_flag):
+            assert (await c.invoke(request)).code == 0
+        halves = stored(broker, RMQ_SYS_TRANS_HALF_TOPIC)
+        assert [h.properties["UNIQ_KEY"] for h in halves] == ["UU", "UN"]
+        assert broker.store.get_max_offset_in_queue("TxU", 1) == 0  # nothing in the real topic
+        await c.aclose()
+    finally:
+        await broker.stop()
+
+
+@async_test
 async def test_half_invisible_commit_visible_once(tmp_path: Path) -> None:
     broker = make_broker(tmp_path / "s")
     await broker.start()
