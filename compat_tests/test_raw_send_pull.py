@@ -114,6 +114,11 @@ def test_send_to_not_allowed_system_topic(cluster, broker, topic):
     assert broker.send_message(topic, b"x").code == ResponseCode.NO_PERMISSION
 
 
+def test_schedule_topic_v2_is_an_ordinary_topic_in_4_9(cluster, broker):
+    """SCHEDULE_TOPIC_XXXX_V2 is 5.x's; 4.9.8's TopicValidator lists neither it nor any timer topic."""
+    assert broker.send_message("SCHEDULE_TOPIC_XXXX_V2", b"x").code == ResponseCode.SUCCESS
+
+
 def test_send_oversize_body_is_message_illegal(cluster, uniq, make_topic, broker):
     """Broker maxMessageSize default 4 MiB (PROTOCOL.md §4.2)."""
     topic = make_topic(uniq())

@@ -79,7 +79,7 @@ def test_raw_send_back_retries_then_dead_letters(flow_server: FeatureServer, uni
         assert send_back(c, r2.commit_log_offset, group, 0, max_times=2).code == 0
         (dead,) = dead_letters(flow_server, group)
         assert dead.reconsume_times == 3 and dead.properties["RETRY_TOPIC"] == topic
-        assert "DELAY" not in dead.properties
+        assert dead.properties["DELAY"] == "0"  # setDelayTimeLevel(0), stored
         # a negative delay level sends straight to the DLQ; an unknown offset is refused
         assert send_back(c, phys, group, -1).code == 0
         assert len(dead_letters(flow_server, group)) == 2

@@ -23,7 +23,6 @@ from rmqgate.wire.message import (
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_REAL_QUEUE_ID,
     PROPERTY_REAL_TOPIC,
-    PROPERTY_WAIT,
     MessageExt,
 )
 
@@ -57,10 +56,10 @@ def parse_delay_levels(spec: str) -> dict[int, int]:
 
 
 def timeup_message(msg: MessageExt) -> MessageExt:
-    """``messageTimeup``: the delayed message restored to its real topic/queue, DELAY cleared."""
+    """``messageTimeup``: the delayed message restored to its real topic/queue, DELAY cleared (WAIT
+    stays as stored: a send-back's "false" reaches the consumer, as from a 4.9.8 broker)."""
     props = dict(msg.properties)
     props.pop(PROPERTY_DELAY_TIME_LEVEL, None)
-    props.pop(PROPERTY_WAIT, None)
     return dataclasses.replace(
         msg,
         topic=props.get(PROPERTY_REAL_TOPIC, ""),

@@ -79,8 +79,8 @@ class ConsumerSendMsgBackProcessor(RequestProcessor):
         if original is None:
             return request.response(ResponseCode.SYSTEM_ERROR, f"look message by offset failed, {h.offset}")
         props = dict(original.properties)
-        props.pop(PROPERTY_WAIT, None)
         props.setdefault(PROPERTY_RETRY_TOPIC, original.topic)
+        props[PROPERTY_WAIT] = "false"  # consumerSendMsgBack's setWaitStoreMsgOK(false), stored with it
         delay_level = h.delay_level
         max_times = int(sgc.get("retryMaxTimes", 16))
         if request.version >= MQVersion.V3_4_9 and h.max_reconsume_times is not None:
@@ -90,7 +90,7 @@ class ConsumerSendMsgBackProcessor(RequestProcessor):
             queue_id = random.randrange(DLQ_NUMS_PER_GROUP)
             # read-write, as 4.9.4+ creates dead-letter topics (4.9.0's were write-only: unreadable)
             broker.topics.create_in_send_back(topic, DLQ_NUMS_PER_GROUP, PERM_RW, 0)
-            props.pop(PROPERTY_DELAY_TIME_LEVEL, None)
+            props[PROPERTY_DELAY_TIME_LEVEL] = "0"  # setDelayTimeLevel(0): stored, and no delay
         else:
             if delay_level == 0:
                 delay_level = 3 + original.reconsume_times

@@ -35,7 +35,6 @@ DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
 SYSTEM_TOPIC_PREFIX = "rmq_sys_"
 TOPIC_MAX_LENGTH = 127
 _TOPIC_PATTERN = re.compile(r"[%|a-zA-Z0-9_-]+")
-SCHEDULE_TOPIC_V2 = "SCHEDULE_TOPIC_XXXX_V2"
 NOT_ALLOWED_SEND_TOPICS = frozenset(
     {
         SCHEDULE_TOPIC,
@@ -44,7 +43,6 @@ NOT_ALLOWED_SEND_TOPICS = frozenset(
         RMQ_SYS_TRANS_CHECK_MAX_TIME_TOPIC,
         SELF_TEST_TOPIC,
         OFFSET_MOVED_EVENT,
-        SCHEDULE_TOPIC_V2,
     }
 )
 #: TopicValidator.SYSTEM_TOPIC_SET (the broker adds its cluster/broker-name topics at start).
@@ -58,7 +56,6 @@ SYSTEM_TOPICS = {
     RMQ_SYS_TRANS_CHECK_MAX_TIME_TOPIC,
     SELF_TEST_TOPIC,
     OFFSET_MOVED_EVENT,
-    SCHEDULE_TOPIC_V2,
 }
 SYSTEM_GROUPS = (
     "TOOLS_CONSUMER",
