@@ -32,7 +32,7 @@ from rmqgate.server.remoting import Channel, RemotingServer, RequestProcessor, c
 from rmqgate.server.send import SendMessageProcessor
 from rmqgate.server.stats import BrokerStats
 from rmqgate.server.topics import PERM_RW, SubscriptionGroupManager, TopicConfigManager, topic_config
-from rmqgate.store.api import SLAVE, MessageStore, open_store
+from rmqgate.store.api import MessageStore, open_store
 from rmqgate.wire.codes import RequestCode, ResponseCode
 from rmqgate.wire.command import RemotingCommand
 
@@ -53,7 +53,7 @@ class BrokerController:
         self.config = config
         self.store = store if store is not None else open_store(config.store_config())
         # a slave's store takes no puts: no delayed delivery, no transaction check-backs (as Java's)
-        self.slave = self.store.config.broker_role == SLAVE
+        self.slave = self.store.config.slave
         self.topics = TopicConfigManager(config, self.store.meta)
         self.subscription_groups = SubscriptionGroupManager(config, self.store.meta)
         self.consumers = ConsumerManager(self.notify_consumer_ids_changed)

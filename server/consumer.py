@@ -56,19 +56,26 @@ class SubscriptionData:
 
     @classmethod
     def build(
-        cls, topic: str, sub_string: str | None, expression_type: str | None = None, sub_version: int = 0
+        cls,
+        topic: str,
+        sub_string: str | None,
+        expression_type: str | None = None,
+        sub_version: int = 0,
+        *,
+        strict: bool = True,
     ):
         """``FilterAPI.build``: only no text, "" or "*" is everything; otherwise the tags split on
         ``||`` (Java's split: trailing empty parts dropped) and trimmed, each with its Java hash code,
         so " " matches no tag. A text that splits into nothing ("||") raises
-        ``SubscriptionParseError``, as Java's "subString split error"."""
+        ``SubscriptionParseError`` (Java's "subString split error"), or with ``strict=False`` has no
+        tags and matches nothing."""
         sub = sub_string or SUB_ALL
         data = cls(topic, sub, sub_version or int(time.time() * 1000), expression_type or "TAG")
         if sub != SUB_ALL and data.expression_type == "TAG":
             parts = sub.split("||")
             while parts and not parts[-1]:
                 parts.pop()
-            if not parts:
+            if not parts and strict:
                 raise SubscriptionParseError(f"subString {sub!r} split error")
             for tag in parts:
                 tag = tag.strip()
@@ -81,12 +88,9 @@ class SubscriptionData:
     def from_body(cls, body: SubscriptionDataBody) -> SubscriptionData:
         """A heartbeat's subscription, taken as sent (Java parses nothing here): a text that does not
         split keeps no tags and matches nothing."""
-        try:
-            data = cls.build(body.topic or "", body.sub_string, body.expression_type, body.sub_version)
-        except SubscriptionParseError:
-            data = cls(
-                body.topic or "", body.sub_string or "", body.sub_version, body.expression_type or "TAG"
-            )
+        data = cls.build(
+            body.topic or "", body.sub_string, body.expression_type, body.sub_version, strict=False
+        )
         if body.code_set:  # trust the client's codes when it sends them (Java does)
             data.code_set = set(body.code_set)
         data.class_filter_mode = body.class_filter_mode

@@ -290,7 +290,7 @@ class PullMessageProcessor(RequestProcessor):
         code = status_code(res.status, offset)
         self.stats.record_pull(topic, group, len(res.buffers) if code == ResponseCode.SUCCESS else 0)
         if code == ResponseCode.PULL_OFFSET_MOVED:
-            if not self.broker.slave or config.offsetCheckInSlave:
+            if self.store.config.corrects_pull_offsets:
                 self._offset_moved(group, topic, queue_id, offset, res.next_begin_offset)
             else:  # a slave does not correct offsets: the consumer retries (at the offset it asked)
                 code = ResponseCode.PULL_RETRY_IMMEDIATELY

@@ -343,10 +343,10 @@ class SendMessageProcessor(RequestProcessor):
     ) -> dict[str, Any] | RemotingCommand:
         broker = self.broker
         topic = h.topic
-        known = broker.topics.get(topic)
+        tc = broker.topics.get(topic)
         # 4.9.8's msgCheck: a broker without W refuses sends to order topics only (others go on, and a
         # new topic is still created), and a topic's own perm is never read on this path
-        if not broker.config.brokerPermission & PERM_WRITE and known is not None and known.get("order"):
+        if not broker.config.brokerPermission & PERM_WRITE and tc is not None and tc.get("order"):
             return request.response(
                 ResponseCode.NO_PERMISSION,
                 f"the broker[{broker.config.brokerIP1}] sending message is forbidden",
@@ -358,7 +358,6 @@ class SendMessageProcessor(RequestProcessor):
             return request.response(
                 ResponseCode.NO_PERMISSION, f"Sending message to topic[{topic}] is forbidden."
             )
-        tc = known
         if tc is None:
             sys_flag = 0
             if h.unit_mode:

@@ -100,6 +100,16 @@ class StoreConfig:
     flush_consumer_offset_interval: int = 5000  # ms, consumer offsets -> LMDB
     meta_map_size: int = 1 << 30  # LMDB map size (sparse file; grows as needed up to this)
 
+    @property
+    def slave(self) -> bool:
+        """``checkStoreStatus``: a slave's store takes no puts."""
+        return self.broker_role == SLAVE
+
+    @property
+    def corrects_pull_offsets(self) -> bool:
+        """``nextOffsetCorrection``: a slave answers a pull's own offset unless offsetCheckInSlave."""
+        return not self.slave or self.offset_check_in_slave
+
 
 class PutMessageStatus(enum.Enum):
     PUT_OK = "PUT_OK"

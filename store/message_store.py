@@ -29,7 +29,6 @@ from typing import Any
 
 from rmqgate.store.api import (
     SCHEDULE_TOPIC,
-    SLAVE,
     SYNC_FLUSH,
     ArrivalListener,
     DispatchRequest,
@@ -524,9 +523,8 @@ class DefaultMessageStore:
         self._logics_error = False  # a dispatch failed: refuse writes (RocketMQ's makeLogicsQueueError)
         self._disk_full = False  # disk over DISK_WARNING_RATIO: refuse writes until cleanup frees space
         self._cleaned_below = -1  # the CommitLog min offset ConsumeQueue and index files were cleaned to
-        self._slave = config.broker_role == SLAVE  # checkStoreStatus: a slave's store takes no puts
-        # nextOffsetCorrection: a slave (unless offsetCheckInSlave) answers the pull's own offset
-        self._correct_offsets = not self._slave or config.offset_check_in_slave
+        self._slave = config.slave  # (both read once: the role is fixed when the store opens)
+        self._correct_offsets = config.corrects_pull_offsets
         self._last_store_ts = 0
         self._shutdown = True
         self._physical_memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")

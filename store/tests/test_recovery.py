@@ -288,7 +288,7 @@ def test_a_cut_behind_thousands_of_units_is_one_consume_queue_cut(
     config = small(tmp_path)
     config.mapped_file_size_commitlog = 512 * 1024  # one segment: normal recovery checks it too
     s = DefaultMessageStore.open(config, start_services=False)
-    first, second = (s.put_message(MessageExt("R", body=b"r" * 20)) for _ in range(2))
+    _, second = (s.put_message(MessageExt("R", body=b"r" * 20)) for _ in range(2))
     for _ in range(1998):
         s.put_message(MessageExt("R", body=b"r" * 20))
     s.shutdown() if clean else crash(s)
@@ -313,7 +313,6 @@ def test_a_cut_behind_thousands_of_units_is_one_consume_queue_cut(
         assert len(cuts) <= 2 and cuts[-1] == f"{0:020d}@20", cuts
         assert sorted(p.name for p in (tmp_path / "consumequeue" / "R" / "0").iterdir()) == [f"{0:020d}"]
         assert s.put_message(MessageExt("R", body=b"n")).queue_offset == 1
-        assert first.queue_offset == 0
     finally:
         s.shutdown()
 
