@@ -2,10 +2,10 @@
 
 The store redirects a message with DELAY > 0 to SCHEDULE_TOPIC_XXXX queue level-1 and writes its
 deliver time (store time + the level's delay) as the ConsumeQueue tagsCode. One task per level reads
-that queue in order from its delay offset, re-puts each due message to REAL_TOPIC/REAL_QID with DELAY
-cleared, and records the new offset in the store's LMDB (``delay_offsets``) after each batch, so a
-restart resumes where delivery stopped (at-least-once: a crash between the put and the offset write
-can deliver one batch again). Levels come from messageDelayLevel (broker.conf).
+that queue in order from its delay offset, re-puts each due message to REAL_TOPIC/REAL_QID (DELAY
+kept in its properties, not scheduled again), and records the new offset in the store's LMDB
+(``delay_offsets``) after each batch, so a restart resumes where delivery stopped (at-least-once: a
+crash between the put and the offset write can deliver one batch again). Levels come from messageDelayLevel (broker.conf).
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING
 from rmqgate.server.remoting import cancel_and_wait
 from rmqgate.store.api import SCHEDULE_TOPIC, DispatchRequest, PutMessageStatus
 from rmqgate.wire.message import (
-    PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_REAL_QUEUE_ID,
     PROPERTY_REAL_TOPIC,
     MessageExt,
@@ -56,17 +55,15 @@ def parse_delay_levels(spec: str) -> dict[int, int]:
 
 
 def timeup_message(msg: MessageExt) -> MessageExt:
-    """``messageTimeup``: the delayed message restored to its real topic/queue, DELAY cleared (WAIT
-    stays as stored: a send-back's "false" reaches the consumer, as from a 4.9.8 broker)."""
-    props = dict(msg.properties)
-    props.pop(PROPERTY_DELAY_TIME_LEVEL, None)
+    """``messageTimeup``: the delayed message restored to its real topic/queue with its properties as
+    stored, DELAY and WAIT included (a 4.9.8 broker's consumers see ``DELAY=<level>`` on a delivered
+    delayed or retried message, and a send-back's WAIT=false); it is put with ``schedule_delay=False``."""
+    props = msg.properties
     return dataclasses.replace(
         msg,
         topic=props.get(PROPERTY_REAL_TOPIC, ""),
         queue_id=int(props.get(PROPERTY_REAL_QUEUE_ID, "0") or 0),
         body=bytes(msg.body),
-        properties=props,
-        properties_raw=None,
         store_size=0,
     )
 
@@ -165,7 +162,7 @@ class ScheduleMessageService:
                 "delayed message %s has no deliverable topic (%r): dropped", msg.offset_msg_id, real.topic
             )
             return True
-        result = self.store.put_message(real)
+        result = self.store.put_message(real, schedule_delay=False)
         if result.status in _PUT_DONE:
             self.delivered += 1
             return True

@@ -243,7 +243,8 @@ class MessageStore(Protocol):
     def shutdown(self) -> None: ...  # flush everything, remove the abort file
 
     # -- write --
-    def put_message(self, msg: MessageExt) -> PutResult: ...
+    # schedule_delay=False stores a DELAY property as it is (a delayed message re-put when due)
+    def put_message(self, msg: MessageExt, *, schedule_delay: bool = True) -> PutResult: ...
     def put_messages(self, msgs: Sequence[MessageExt]) -> PutResult: ...  # one topic/queue, atomic, no DELAY
 
     # -- read --

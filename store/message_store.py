@@ -925,9 +925,13 @@ class DefaultMessageStore:
         self._logics_error = True
         return PutResult(PutMessageStatus.UNKNOWN_ERROR)
 
-    def put_message(self, msg: MessageExt) -> PutResult:
+    def put_message(self, msg: MessageExt, *, schedule_delay: bool = True) -> PutResult:
         """Append one message (the hot path of ``put_messages`` for a batch of one): the record is
-        encoded straight into the mapped segment (TOTALSIZE last) and dispatched inline."""
+        encoded straight into the mapped segment (TOTALSIZE last) and dispatched inline.
+
+        ``schedule_delay=False`` stores a DELAY property without scheduling it: 4.9.8's
+        ``messageTimeup`` writes the properties string, DELAY in it, before it clears DELAY from
+        the map CommitLog reads, so a delivered delayed message shows its level."""
         if self._shutdown or self._logics_error or self._disk_full or self._slave:
             return PutResult(PutMessageStatus.SERVICE_NOT_AVAILABLE)
         topic = msg.topic
@@ -936,7 +940,7 @@ class DefaultMessageStore:
         if topic not in self._valid_topics or (counted and PROPERTY_DELAY_TIME_LEVEL in props):
             if not self._check_topic(topic):
                 return PutResult(PutMessageStatus.MESSAGE_ILLEGAL)
-            if counted and PROPERTY_DELAY_TIME_LEVEL in props:
+            if counted and schedule_delay and PROPERTY_DELAY_TIME_LEVEL in props:
                 self._apply_delay_level(msg)
                 topic = msg.topic
         if len(msg.body) > self.config.max_message_size:

@@ -14,9 +14,10 @@ from rmqgate.server.config import BrokerConfig, load_broker_conf
 from rmqgate.server.schedule import parse_delay_levels, timeup_message
 from rmqgate.server.testing import async_test, small_store, stored, wait_for
 from rmqgate.store.api import SCHEDULE_TOPIC
+from rmqgate.tools.pcap import read_frames
 from rmqgate.wire import RemotingCommand, ResponseCode
 from rmqgate.wire.codes import RequestCode as R
-from rmqgate.wire.message import MessageExt, format_properties
+from rmqgate.wire.message import MessageExt, format_properties, iter_messages, parse_properties
 
 LEVELS = "1s 2s 3s"
 
@@ -55,7 +56,7 @@ def test_delay_table_from_broker_conf(tmp_path: Path) -> None:
         broker.store.shutdown()
 
 
-def test_timeup_message_restores_the_real_topic() -> None:
+def test_timeup_message_restores_the_real_topic_and_keeps_the_properties() -> None:
     msg = MessageExt(
         SCHEDULE_TOPIC,
         b"b",
@@ -64,7 +65,7 @@ def test_timeup_message_restores_the_real_topic() -> None:
     )
     real = timeup_message(msg)
     assert (real.topic, real.queue_id) == ("RT", 3)
-    assert real.properties == {"REAL_TOPIC": "RT", "REAL_QID": "3", "K": "v"}
+    assert real.properties == {"DELAY": "1", "REAL_TOPIC": "RT", "REAL_QID": "3", "K": "v"}
 
 
 @async_test
@@ -86,14 +87,15 @@ async def test_delayed_message_arrives_when_due(tmp_path: Path) -> None:
         await wait_for(lambda: broker.store.get_max_offset_in_queue("DT", 2) >= 1, 10)
         first_at = time.monotonic()
         (real,) = stored(broker, "DT", 2)
-        assert bytes(real.body) == b"one" and "DELAY" not in real.properties
+        # stored with its level, as a 4.9.8 broker stores it, and not scheduled a second time
+        assert bytes(real.body) == b"one" and real.properties["DELAY"] == "1"
         assert real.properties["UNIQ_KEY"] == b"one".hex() and real.properties["TAGS"] == "TagD"
         # never early; late only by what a stalled machine adds
         assert 1.0 <= (real.store_timestamp - parked.store_timestamp) / 1000 < 4.0
         assert 0.9 <= first_at - sent_at < 5.0
         await wait_for(lambda: broker.store.get_max_offset_in_queue("DT", 2) == 2, 10)
         later = stored(broker, "DT", 2)[1]
-        assert bytes(later.body) == b"clamped"
+        assert bytes(later.body) == b"clamped" and later.properties["DELAY"] == "3"
         assert 3.0 <= (later.store_timestamp - clamped.store_timestamp) / 1000 < 6.0
         assert broker.store.meta.delay_offsets() == {1: 1, 3: 1}
         # tags filter on the delivered message works (tagsCode recomputed from TAGS)
@@ -156,3 +158,73 @@ async def test_a_delay_offset_past_its_queue_is_reset_and_nothing_is_skipped(tmp
         await c.aclose()
     finally:
         await broker.stop()
+
+
+def _java_delivered_properties(corpus: Path) -> dict[str, dict[str, str]]:
+    """From the corpus capture of ali-ons against a 4.9.8 broker: the properties of the send with a
+    delay level and of a send that was later sent back, and of each as a consumer pulled it once
+    delivered (``delayed`` from its topic, ``retried`` from %RETRY%)."""
+    sent: dict[str, dict[str, str]] = {}
+    pulled: dict[str, dict[str, str]] = {}
+    codes: dict[tuple[int, int], int] = {}
+    for frame in read_frames(corpus / "pcap-thirdparty" / "ali-ons-3.12.0.pcap"):
+        cmd = frame.command
+        if cmd is None:
+            continue
+        if not cmd.is_response:
+            codes[(frame.conn_id, cmd.opaque)] = cmd.code
+            if cmd.code == R.SEND_MESSAGE_V2:
+                props = parse_properties(cmd.ext_fields["i"])  # type: ignore[index]
+                sent[props["KEYS"]] = props
+        elif codes.get((frame.conn_id, cmd.opaque)) == R.PULL_MESSAGE and cmd.code == 0 and cmd.body:
+            for m in iter_messages(cmd.body):
+                if "DELAY" in m.properties:
+                    kind = "retried" if m.topic.startswith("%RETRY%") else "delayed"
+                    pulled[kind] = dict(m.properties)
+    return {
+        "sent_delayed": sent[pulled["delayed"]["KEYS"]],
+        "sent_retried": sent[pulled["retried"]["KEYS"]],
+        **pulled,
+    }
+
+
+@async_test
+async def test_delivered_messages_carry_what_the_java_broker_in_the_corpus_gave(
+    tmp_path: Path, corpus: Path
+) -> None:
+    """A delayed message and a retry, delivered when due, carry the properties a 4.9.8 broker's
+    consumer got for the same sends: DELAY keeps the level (Java clears it from the map it schedules
+    by, after writing the properties string), and the retry's WAIT=false stays."""
+    java = _java_delivered_properties(corpus)
+    assert (java["delayed"]["DELAY"], java["retried"]["DELAY"], java["retried"]["WAIT"]) == (
+        "2",
+        "3",
+        "false",
+    )
+    broker = make_broker(tmp_path / "s", levels="1s 1s 1s")
+    await broker.start()
+    try:
+        c = await RemotingClient.connect("127.0.0.1", broker.port)
+        for props in (java["sent_delayed"], java["sent_retried"]):
+            request = delayed("CB", 0, b"x", queue_id=0)
+            request.ext_fields["i"] = format_properties(props)  # type: ignore[index]
+            assert (await c.invoke(request)).code == ResponseCode.SUCCESS
+        plain = stored(broker, "CB")[0]  # the delayed one is parked; the other is stored at once
+        back = {"offset": str(plain.commit_log_offset), "group": "CG", "delayLevel": "0", "originTopic": "CB"}
+        assert (await c.invoke(RemotingCommand.request(R.CONSUMER_SEND_MSG_BACK, back))).code == 0
+        await wait_for(lambda: broker.store.get_max_offset_in_queue("CB", 0) == 2, 10)
+        await wait_for(lambda: broker.store.get_max_offset_in_queue("%RETRY%CG", 0) == 1, 10)
+        got = {
+            "delayed": stored(broker, "CB")[1].properties,
+            "retried": stored(broker, "%RETRY%CG")[0].properties,
+        }
+        await c.aclose()
+    finally:
+        await broker.stop()
+    named = ("REAL_TOPIC", "RETRY_TOPIC", "ORIGIN_MESSAGE_ID", "CLUSTER")  # the run's own topics and ids
+    for kind in ("delayed", "retried"):
+        assert got[kind].keys() == java[kind].keys(), kind
+        assert {k: v for k, v in got[kind].items() if k not in named} == {
+            k: v for k, v in java[kind].items() if k not in named
+        }, kind
+    assert got["delayed"]["REAL_TOPIC"] == "CB" and got["retried"]["REAL_TOPIC"] == "%RETRY%CG"
