@@ -39,11 +39,13 @@ from rmqgate.wire.message import (
     PROPERTY_DELAY,
     PROPERTY_REAL_QID,
     PROPERTY_REAL_TOPIC,
+    PROPERTY_SEPARATOR,
     PROPERTY_TRANSACTION_PREPARED,
     PROPERTY_WAIT,
     MessageExt,
     MessageSysFlag,
     decode_batch,
+    format_properties,
     parse_properties,
     reset_transaction,
     transaction_type,
@@ -291,8 +293,9 @@ class SendMessageProcessor(RequestProcessor):
             return request.response(
                 ResponseCode.MESSAGE_ILLEGAL, f"message topic length too long {len(topic)}"
             )
+        batch_props = parse_properties(h.properties) if h.properties else {}
         try:
-            delay = int(parse_properties(h.properties).get(PROPERTY_DELAY, "0")) if h.properties else 0
+            delay = int(batch_props.get(PROPERTY_DELAY, "0"))
         except ValueError:
             delay = 1  # Java's Integer.parseInt fails the request
         if transaction_type(sys_flag) or delay > 0:
@@ -303,12 +306,20 @@ class SendMessageProcessor(RequestProcessor):
             return request.response(ResponseCode.MESSAGE_ILLEGAL, f"bad batch body: {exc}")
         if not entries:
             return request.response(ResponseCode.MESSAGE_ILLEGAL, "the batch is empty")
+        wait = _wait_store_msg_ok(batch_props.get(PROPERTY_WAIT))
+        batch_props[PROPERTY_CLUSTER] = self.cluster
+        # MessageExtBatchEncoder: each message's properties string as sent, then the request's (with
+        # CLUSTER) in the broker's HashMap order; a key in both is there twice and the later one counts
+        batch_text = format_properties(batch_props, java_order=True)
         msgs = []
-        cluster = self.cluster
         for entry in entries:
+            raw = entry.properties_raw
+            if raw is None:
+                raw = format_properties(entry.properties)
+            if raw and not raw.endswith(PROPERTY_SEPARATOR):
+                raw += PROPERTY_SEPARATOR
             props = entry.properties
-            props.pop(PROPERTY_WAIT, None)
-            props[PROPERTY_CLUSTER] = cluster
+            props.update(batch_props)
             msgs.append(
                 MessageExt(
                     topic,
@@ -327,13 +338,13 @@ class SendMessageProcessor(RequestProcessor):
                     h.reconsume_times or 0,
                     0,
                     props,
+                    properties_raw=raw + batch_text,
                 )
             )
         try:
             result = self.store.put_messages(msgs)
         except MessageFormatError as exc:
             return request.response(ResponseCode.MESSAGE_ILLEGAL, str(exc))
-        wait = _wait_store_msg_ok(parse_properties(h.properties).get(PROPERTY_WAIT) if h.properties else None)
         if result.durable is not None and result.status is _PUT_OK and wait:
             return self._await_flush(request, result)
         return self.response(request, result)

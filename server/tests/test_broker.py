@@ -23,9 +23,17 @@ from rmqgate.server.remoting import Channel, RemotingServer, RequestProcessor
 from rmqgate.server.testing import async_test, small_store, stored, wait_for
 from rmqgate.server.topics import TopicConfigManager, topic_config
 from rmqgate.store.api import open_store
+from rmqgate.tools.pcap import read_frames
 from rmqgate.wire import RemotingCommand, ResponseCode, SerializeType
 from rmqgate.wire.codes import RequestCode as R
-from rmqgate.wire.message import BatchEntry, encode_batch, format_properties, iter_messages, java_string_hash
+from rmqgate.wire.message import (
+    BatchEntry,
+    decode_batch,
+    encode_batch,
+    format_properties,
+    iter_messages,
+    java_string_hash,
+)
 
 
 @pytest.fixture
@@ -361,6 +369,50 @@ async def test_send_v1_and_batches(Broker) -> None:
         (kept,) = list(iter_messages((await c.invoke(pull_cmd("B", 6))).body))
         assert (bytes(kept.body), kept.properties["DELAY"]) == (b"d", "x")
         await c.aclose()
+
+
+def _java_batch(corpus: Path) -> tuple[RemotingCommand, dict[str, str]]:
+    """From the corpus capture of a Java client's batches against a 4.9.8 broker: the first
+    SEND_BATCH_MESSAGE, and each of its messages' properties string (by UNIQ_KEY) as pulled back."""
+    batch: RemotingCommand | None = None
+    pulled: dict[str, str] = {}
+    codes: dict[tuple[int, int], int] = {}
+    for frame in read_frames(corpus / "pcap" / "c_BatchSend.pcap"):
+        cmd = frame.command
+        if cmd is None:
+            continue
+        if not cmd.is_response:
+            codes[(frame.conn_id, cmd.opaque)] = cmd.code
+            if cmd.code == R.SEND_BATCH_MESSAGE and batch is None:
+                batch = cmd
+        elif codes.get((frame.conn_id, cmd.opaque)) == R.PULL_MESSAGE and cmd.code == 0 and cmd.body:
+            for m in iter_messages(cmd.body):
+                pulled[m.properties["UNIQ_KEY"]] = m.properties_raw  # type: ignore[assignment]
+    assert batch is not None
+    return batch, pulled
+
+
+@async_test
+async def test_batch_messages_store_the_properties_the_java_broker_in_the_corpus_stored(
+    Broker, corpus: Path
+) -> None:
+    """Each message of a batch is stored with its own properties string followed by the request's
+    (WAIT, twice for a Java client) and CLUSTER, byte for byte as the 4.9.8 broker stored them."""
+    java_batch, java_pulled = _java_batch(corpus)
+    async with Broker() as b:
+        c = await b.client()
+        request = send_v2("JB", java_batch.body or b"", extra={"i": java_batch.ext_fields["i"]})  # type: ignore[index]
+        request.code = R.SEND_BATCH_MESSAGE
+        request.ext_fields["m"] = "true"  # type: ignore[index]
+        resp = await c.invoke(request)
+        assert resp.code == 0, resp.remark
+        msgs = list(iter_messages((await c.invoke(pull_cmd("JB", 0))).body))
+        await c.aclose()
+    assert len(msgs) == len(decode_batch(java_batch.body or b"")) > 1
+    for m in msgs:
+        raw = java_pulled[m.properties["UNIQ_KEY"]]
+        assert raw.count("WAIT\x01true") == 2
+        assert m.properties_raw == raw
 
 
 @async_test
