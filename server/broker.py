@@ -33,8 +33,10 @@ from rmqgate.server.send import SendMessageProcessor
 from rmqgate.server.stats import BrokerStats
 from rmqgate.server.topics import PERM_RW, SubscriptionGroupManager, TopicConfigManager, topic_config
 from rmqgate.store.api import MessageStore, open_store
+from rmqgate.wire.bodies import KVTable
 from rmqgate.wire.codes import RequestCode, ResponseCode
 from rmqgate.wire.command import RemotingCommand
+from rmqgate.wire.errors import BodyError
 
 log = logging.getLogger("rmqgate.server.broker")
 
@@ -219,9 +221,21 @@ class BrokerController:
         ext["compressed"] = "true" if c.compressedRegister else "false"
         ext["bodyCrc32"] = str(zlib.crc32(body) & 0x7FFFFFFF)
         timeout = c.registerBrokerTimeoutMills / 1000.0
-        await asyncio.gather(*(self._register_one(addr, ext, body, timeout) for addr in addrs))
+        answers = await asyncio.gather(*(self._register_one(addr, ext, body, timeout) for addr in addrs))
+        # the first answer's ORDER_TOPIC_CONFIG table, if it has one, says which topics are order
+        # topics (doRegisterBrokerAll's updateOrderTopicConfig)
+        answer = next((a for a in answers if a is not None), None)
+        if answer is not None and answer.body is not None:
+            try:
+                order_topics = KVTable.from_json(answer.body).table
+            except BodyError as exc:
+                log.warning("name server's order topic table ignored: %s", exc)
+            else:
+                self.topics.update_order_topic_config(order_topics)
 
-    async def _register_one(self, addr: str, ext: dict[str, str], body: bytes, timeout: float) -> None:
+    async def _register_one(
+        self, addr: str, ext: dict[str, str], body: bytes, timeout: float
+    ) -> RemotingCommand | None:
         try:
             client = await self._client(addr)
             resp = await client.invoke(
@@ -229,11 +243,12 @@ class BrokerController:
             )
         except (OSError, TimeoutError, ConnectionError) as exc:
             log.warning("register to name server %s failed: %s", addr, exc)
-            return
+            return None
         if resp.code != ResponseCode.SUCCESS:
             log.warning("name server %s refused the registration: %s %s", addr, resp.code, resp.remark)
-            return
+            return None
         self.registered[addr] = self.registered.get(addr, 0) + 1
+        return resp
 
     async def unregister_all(self) -> None:
         """UNREGISTER_BROKER to every name server, connecting again where the connection is gone

@@ -307,15 +307,15 @@ class KVConfigManager:
         return self.table.get(namespace, {}).get(key)
 
     def delete(self, namespace: str, key: str) -> None:
+        """Removes the key; its namespace stays, even empty, as Java's does: an empty ORDER_TOPIC_CONFIG
+        table tells the brokers that no topic is an order topic any more."""
         kv = self.table.get(namespace)
         if kv is not None and kv.pop(key, None) is not None:
-            if not kv:
-                del self.table[namespace]
             self._persist()
 
     def kv_list(self, namespace: str) -> bytes | None:
         kv = self.table.get(namespace)
-        return dumpb({"table": kv}) if kv else None
+        return None if kv is None else dumpb({"table": kv})
 
     def _persist(self) -> None:
         if not self.path:
@@ -552,7 +552,7 @@ class NamesrvProcessor(RequestProcessor):
             if bd.broker_addrs:
                 addr = next(iter(bd.broker_addrs.values()))
                 break
-        return self._topic_list(req, topics, addr)
+        return self._topic_list(req, list(dict.fromkeys(topics)), addr)  # a set in Java's TopicList
 
 
 class NamesrvController:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 from rmqgate.server.config import BrokerConfig
@@ -220,6 +220,20 @@ class TopicConfigManager:
         tc = topic_config(topic, queue_nums, queue_nums, perm, sys_flag=sys_flag)
         self.put(tc)
         return tc
+
+    def update_order_topic_config(self, order_topics: Collection[str]) -> bool:
+        """``updateOrderTopicConfig``: the name server's ORDER_TOPIC_CONFIG table names the order
+        topics; every other topic is not one. True if a flag changed."""
+        changed = {
+            name: {**tc, "order": name in order_topics}
+            for name, tc in self.table.items()
+            if bool(tc.get("order")) != (name in order_topics)
+        }
+        if changed:
+            self.table.update(changed)
+            self.meta.put_many(self.DB, changed)
+            self.next_version()
+        return bool(changed)
 
     def wrapper(self) -> dict[str, Any]:
         """TopicConfigSerializeWrapper."""

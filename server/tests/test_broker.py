@@ -788,6 +788,35 @@ async def test_a_read_only_broker_registers_every_topic_read_only(Broker) -> Non
         await namesrv.stop()
 
 
+@async_test
+async def test_the_name_servers_order_topic_table_sets_and_clears_order_topics(Broker) -> None:
+    """Each registration's answer carries the name server's ORDER_TOPIC_CONFIG table (mqadmin
+    updateOrderConf); the broker marks exactly the topics it names as order topics, and an emptied
+    table clears the last one (updateOrderTopicConfig), as on a Java broker."""
+    namesrv = RemotingServer("127.0.0.1", 0, NamesrvController().processors())
+    await namesrv.start()
+    try:
+        async with Broker(namesrvAddr=f"127.0.0.1:{namesrv.port}") as b:
+            topics = b.broker.topics
+            topics.put(topic_config("OT", 4, 4))
+            topics.put(topic_config("PT", 4, 4))
+            await b.broker.register_all()
+            assert not topics.get("OT")["order"]  # no table on the name server yet: nothing changes
+            c = await RemotingClient.connect("127.0.0.1", namesrv.port)
+            key = {"namespace": "ORDER_TOPIC_CONFIG", "key": "OT"}
+            put = RemotingCommand.request(R.PUT_KV_CONFIG, {**key, "value": "broker-t:4"})
+            assert (await c.invoke(put)).code == 0
+            await b.broker.register_all()
+            assert (topics.get("OT")["order"], topics.get("PT")["order"]) == (True, False)
+            assert b.store.meta.get(TopicConfigManager.DB, "OT")["order"] is True  # persisted
+            assert (await c.invoke(RemotingCommand.request(R.DELETE_KV_CONFIG, key))).code == 0
+            await b.broker.register_all()
+            assert not topics.get("OT")["order"]
+            await c.aclose()
+    finally:
+        await namesrv.stop()
+
+
 class _RecordingNamesrv(RequestProcessor):
     """A name server that only records what brokers send (and keeps no routes)."""
 

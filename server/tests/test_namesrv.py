@@ -240,6 +240,15 @@ async def test_kv_config_and_topic_lists(tmp_path: Path) -> None:
         dele = RemotingCommand.request(R.DELETE_KV_CONFIG, {"namespace": "ORDER_TOPIC_CONFIG", "key": "T"})
         assert (await c.invoke(dele)).code == 0
         assert (await c.invoke(get)).code == ResponseCode.QUERY_NOT_FOUND
+        # the namespace stays, empty (KVConfigManager.deleteKVConfig): brokers must learn that T is
+        # no longer an order topic, which a missing table would not tell them
+        lst = await c.invoke(
+            RemotingCommand.request(R.GET_KVLIST_BY_NAMESPACE, {"namespace": "ORDER_TOPIC_CONFIG"})
+        )
+        assert lst.code == 0 and json.loads(lst.body) == {"table": {}}
+        assert json.loads((await c.invoke(register_cmd({"T": tc("T")}))).body) == {"table": {}}
+        never = await c.invoke(RemotingCommand.request(R.GET_KVLIST_BY_NAMESPACE, {"namespace": "NONE"}))
+        assert never.code == ResponseCode.QUERY_NOT_FOUND
         missing = await c.invoke(
             RemotingCommand.request(R.GET_KV_CONFIG, {"namespace": "ORDER_TOPIC_CONFIG"})
         )
@@ -247,7 +256,23 @@ async def test_kv_config_and_topic_lists(tmp_path: Path) -> None:
         unknown = await c.invoke(RemotingCommand.request(R.PULL_MESSAGE))
         assert unknown.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
         await c.aclose()
-    assert json.loads(Path(path).read_text()) == {"configTable": {}}
+    assert json.loads(Path(path).read_text()) == {"configTable": {"ORDER_TOPIC_CONFIG": {}}}
+
+
+@async_test
+async def test_system_topic_list_names_each_cluster_and_broker_once() -> None:
+    """GET_SYSTEM_TOPIC_LIST_FROM_NS: cluster and broker names (a Set in Java's TopicList, so a broker
+    named like its cluster is listed once) and one broker address."""
+    async with Namesrv() as ns:
+        c = await ns.client()
+        assert (await c.invoke(register_cmd({"T": tc("T")}))).code == 0
+        same = register_cmd({"T": tc("T")}, name="DefaultCluster", addr="127.0.0.1:10921")
+        assert (await c.invoke(same)).code == 0
+        resp = await c.invoke(RemotingCommand.request(R.GET_SYSTEM_TOPIC_LIST_FROM_NS))
+        body = json.loads(resp.body)
+        assert resp.code == 0 and sorted(body["topicList"]) == ["DefaultCluster", "broker-a"]
+        assert body["brokerAddr"] in ("127.0.0.1:10911", "127.0.0.1:10921")
+        await c.aclose()
 
 
 def test_compressed_body_roundtrip() -> None:
