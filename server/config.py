@@ -14,7 +14,7 @@ import os
 import re
 import socket
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from rmqgate.store.api import BROKER_ROLES, DEFAULT_DELAY_LEVELS, SLAVE, StoreConfig
 from rmqgate.wire.codes import ResponseCode
@@ -33,6 +33,7 @@ class PropertiesConfig:
 
     extra: dict[str, str]
     configBlackList: str  # keys UPDATE_*_CONFIG refuses, ";"-separated
+    always_refused: ClassVar[frozenset[str]] = frozenset()  # refused whatever configBlackList says
 
     def _converted(self, key: str, value: str) -> Any:
         """``value`` as field ``key`` holds it (raises ValueError); unknown keys stay text."""
@@ -91,6 +92,9 @@ class NamesrvConfig(PropertiesConfig):
     clusterTest: bool = False
     orderMessageEnable: bool = False
     configBlackList: str = "configBlackList;configStorePath;kvConfigPath"
+    always_refused: ClassVar[frozenset[str]] = frozenset(
+        ("configBlackList", "configStorePath", "kvConfigPath", "rocketmqHome")
+    )  # DefaultRequestProcessor.initConfigBlackList
     listenPort: int = 9876
     extra: dict[str, str] = field(default_factory=dict)
 
@@ -151,6 +155,9 @@ class BrokerConfig(PropertiesConfig):
     defaultQueryMaxNum: int = 32
     rejectTransactionMessage: bool = False
     configBlackList: str = "configBlackList;brokerConfigPath"  # keys UPDATE_BROKER_CONFIG refuses
+    always_refused: ClassVar[frozenset[str]] = frozenset(
+        ("brokerConfigPath", "rocketmqHome", "configBlackList")
+    )  # AdminBrokerProcessor.initConfigBlackList
     extra: dict[str, str] = field(default_factory=dict)
 
     def check_role(self) -> None:
@@ -229,7 +236,8 @@ class ConfigUpdateRefused(Exception):
 
 def update_from_body(config: PropertiesConfig, body: bytes | bytearray | memoryview | None) -> dict[str, str]:
     """UPDATE_BROKER_CONFIG / UPDATE_NAMESRV_CONFIG: the body's properties set on ``config``, all or
-    none (Java skips a value that does not convert, silently); keys in its configBlackList refused.
+    none (Java skips a value that does not convert, silently); keys in its configBlackList, and those
+    Java always refuses, are refused.
     Returns what was set; raises ``ConfigUpdateRefused`` with the response code and remark."""
     if body is None:
         return {}
@@ -237,7 +245,7 @@ def update_from_body(config: PropertiesConfig, body: bytes | bytearray | memoryv
         props = parse_properties_text(bytes(body).decode("utf-8"))
     except UnicodeDecodeError:
         raise ConfigUpdateRefused(ResponseCode.SYSTEM_ERROR, "string2Properties error") from None
-    black = {k.strip() for k in config.configBlackList.split(";")}
+    black = config.always_refused.union(k.strip() for k in config.configBlackList.split(";"))
     if black & props.keys():
         raise ConfigUpdateRefused(ResponseCode.NO_PERMISSION, "Can not update config in black list.")
     try:

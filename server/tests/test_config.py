@@ -110,6 +110,22 @@ def test_namesrv_config_text_and_black_list() -> None:
     assert "orderMessageEnable=false" in lines and "listenPort=9877" in lines and lines == sorted(lines)
     update_from_body(c, b"orderMessageEnable=true")
     assert c.orderMessageEnable is True
-    for key in ("kvConfigPath", "configStorePath", "configBlackList"):
+    for key in ("kvConfigPath", "configStorePath", "configBlackList", "rocketmqHome"):
         with pytest.raises(ConfigUpdateRefused):
             update_from_body(c, f"{key}=x".encode())
+
+
+def test_keys_java_always_refuses_stay_refused_whatever_the_black_list_says() -> None:
+    """initConfigBlackList adds fixed keys to configBlackList's: rocketmqHome on both servers."""
+    for config, fixed in (
+        (
+            NamesrvConfig(configBlackList=""),
+            ("configBlackList", "configStorePath", "kvConfigPath", "rocketmqHome"),
+        ),
+        (BrokerConfig(configBlackList=""), ("brokerConfigPath", "rocketmqHome", "configBlackList")),
+    ):
+        for key in fixed:
+            with pytest.raises(ConfigUpdateRefused) as refused:
+                update_from_body(config, f"{key}=x".encode())
+            assert refused.value.code == ResponseCode.NO_PERMISSION, key
+        assert "rocketmqHome" not in config.extra
