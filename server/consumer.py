@@ -1,9 +1,8 @@
-"""Client management: producer/consumer tables, heartbeats, consumer-id change notices, queue locks.
+"""Client management: producer/consumer tables, heartbeats, consumer-id change notices.
 
 ``ClientManageProcessor`` serves HEART_BEAT, UNREGISTER_CLIENT and CHECK_CLIENT_CONFIG;
-``ConsumerManageProcessor`` GET_CONSUMER_LIST_BY_GROUP; ``LockProcessor`` LOCK_BATCH_MQ /
-UNLOCK_BATCH_MQ on a RebalanceLockManager-style table (locks expire after 60 s). A group's clients get
-NOTIFY_CONSUMER_IDS_CHANGED (oneway) when a client joins or leaves it or its subscriptions change.
+``ConsumerManageProcessor`` GET_CONSUMER_LIST_BY_GROUP (queue locks are in ``locks``). A group's
+clients get NOTIFY_CONSUMER_IDS_CHANGED (oneway) when a client joins or leaves it or its subscriptions change.
 Channels without a heartbeat for 120 s are closed and dropped.
 """
 
@@ -17,12 +16,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from rmqgate.server.jsonbody import dumpb
 from rmqgate.server.remoting import Channel, RequestProcessor
 from rmqgate.server.topics import PERM_RW, RETRY_GROUP_TOPIC_PREFIX, TOPIC_SYS_FLAG_UNIT_SUB
-from rmqgate.wire.bodies import (
-    CheckClientRequestBody,
-    HeartbeatData,
-    LockBatchRequestBody,
-    UnlockBatchRequestBody,
-)
+from rmqgate.wire.bodies import CheckClientRequestBody, HeartbeatData
 from rmqgate.wire.bodies import SubscriptionData as SubscriptionDataBody
 from rmqgate.wire.codes import RequestCode, ResponseCode
 from rmqgate.wire.command import RemotingCommand
@@ -39,9 +33,6 @@ SUB_ALL = "*"
 
 class SubscriptionParseError(ValueError):
     pass
-
-
-REBALANCE_LOCK_MAX_LIVE_TIME = 60.0
 
 
 @dataclass(slots=True)
@@ -264,38 +255,6 @@ class ProducerManager:
         )
 
 
-class RebalanceLockManager:
-    """group -> {(topic, brokerName, queueId): (clientId, last update)}; entries expire after 60 s."""
-
-    def __init__(self, max_live: float = REBALANCE_LOCK_MAX_LIVE_TIME) -> None:
-        self.max_live = max_live
-        self.table: dict[str, dict[tuple[str, str, int], list[Any]]] = {}
-
-    def try_lock_batch(
-        self, group: str, mqs: list[tuple[str, str, int]], client_id: str
-    ) -> list[tuple[str, str, int]]:
-        now = time.monotonic()
-        locks = self.table.setdefault(group, {})
-        ok = []
-        for mq in mqs:
-            entry = locks.get(mq)
-            if entry is None or entry[0] == client_id or now - entry[1] > self.max_live:
-                locks[mq] = [client_id, now]
-                ok.append(mq)
-        return ok
-
-    def unlock_batch(self, group: str, mqs: list[tuple[str, str, int]], client_id: str) -> None:
-        locks = self.table.get(group, {})
-        for mq in mqs:
-            entry = locks.get(mq)
-            if entry is not None and entry[0] == client_id:
-                del locks[mq]
-
-
-def _mq_json(mq: tuple[str, str, int]) -> dict[str, Any]:
-    return {"brokerName": mq[1], "queueId": mq[2], "topic": mq[0]}
-
-
 class ClientManageProcessor(RequestProcessor):
     codes: ClassVar[tuple[int, ...]] = (
         RequestCode.HEART_BEAT,
@@ -391,29 +350,3 @@ class ConsumerManageProcessor(RequestProcessor):
         return request.response(
             ResponseCode.SYSTEM_ERROR, f"no consumer for this group, {h.consumer_group}", ext_fields={}
         )
-
-
-class LockProcessor(RequestProcessor):
-    codes: ClassVar[tuple[int, ...]] = (RequestCode.LOCK_BATCH_MQ, RequestCode.UNLOCK_BATCH_MQ)
-
-    def __init__(self, broker: BrokerController) -> None:
-        self.locks = broker.locks
-
-    def process(self, channel: Channel, request: RemotingCommand) -> RemotingCommand:
-        unlock = request.code == RequestCode.UNLOCK_BATCH_MQ
-        kind = UnlockBatchRequestBody if unlock else LockBatchRequestBody
-        body = kind.from_json(request.body)
-        group = body.consumer_group or ""
-        client_id = body.client_id or ""
-        mqs = [(mq.topic or "", mq.broker_name or "", mq.queue_id) for mq in body.mq_set]
-        if unlock:
-            self.locks.unlock_batch(group, mqs, client_id)
-            return request.response(ResponseCode.SUCCESS)
-        locked = self.locks.try_lock_batch(group, mqs, client_id)
-        self.lock_requested(channel, client_id)
-        return request.response(
-            ResponseCode.SUCCESS, body=dumpb({"lockOKMQSet": [_mq_json(mq) for mq in locked]})
-        )
-
-    def lock_requested(self, channel: Channel, client_id: str) -> None:
-        """Called after each LOCK_BATCH_MQ with the client id it named."""

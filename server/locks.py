@@ -2,20 +2,21 @@
 
 A queue of a group is held by one client id at a time; the holder re-locking renews it; a lock not
 renewed for lockMaxLiveTime (broker.conf key ``rocketmq.broker.rebalance.lockMaxLiveTime``, a system
-property on the Java broker, default 60000 ms) may be taken by another client. Unlike the Java broker,
-a client's locks are also dropped when the connection it locked them on closes, so the next consumer
-can take the queues at its next rebalance instead of 60 s later.
+property on the Java broker, default 60000 ms) may be taken by another client. As on the Java broker,
+a lock outlives the connection it was taken on: a Java client reconnects after any timed-out call and
+goes on consuming the queues it locked, so handing them to another consumer then would break order.
 """
 
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from rmqgate.server.consumer import LockProcessor as _BaseLockProcessor
-from rmqgate.server.consumer import RebalanceLockManager as _BaseLockManager
-from rmqgate.server.remoting import Channel
-from rmqgate.wire.codes import RequestCode
+from rmqgate.server.jsonbody import dumpb
+from rmqgate.server.remoting import Channel, RequestProcessor
+from rmqgate.wire.bodies import LockBatchRequestBody, UnlockBatchRequestBody
+from rmqgate.wire.codes import RequestCode, ResponseCode
+from rmqgate.wire.command import RemotingCommand
 
 if TYPE_CHECKING:
     from rmqgate.server.broker import BrokerController
@@ -36,11 +37,32 @@ def lock_max_live_time(config: BrokerConfig) -> float:
         raise ValueError(f"{LOCK_MAX_LIVE_TIME_KEY}: not a number of milliseconds: {raw!r}") from None
 
 
-class RebalanceLockManager(_BaseLockManager):
-    """The base table plus the client ids whose connections hold locks."""
+class RebalanceLockManager:
+    """group -> {queue: [clientId, last lock or renewal]}; an entry older than ``max_live`` is free."""
 
-    def __init__(self, max_live: float) -> None:
-        super().__init__(max_live)
+    def __init__(self, max_live: float = DEFAULT_LOCK_MAX_LIVE_TIME_MS / 1000.0) -> None:
+        self.max_live = max_live
+        self.table: dict[str, dict[MessageQueueKey, list[Any]]] = {}
+
+    def try_lock_batch(self, group: str, mqs: list[MessageQueueKey], client_id: str) -> list[MessageQueueKey]:
+        """The queues now locked for ``client_id``: free, expired or already its own (renewed)."""
+        now = time.monotonic()
+        locks = self.table.setdefault(group, {})
+        ok = []
+        for mq in mqs:
+            entry = locks.get(mq)
+            if entry is None or entry[0] == client_id or now - entry[1] > self.max_live:
+                locks[mq] = [client_id, now]
+                ok.append(mq)
+        return ok
+
+    def unlock_batch(self, group: str, mqs: list[MessageQueueKey], client_id: str) -> None:
+        """Frees the queues ``client_id`` holds; another client's are left as they are."""
+        locks = self.table.get(group, {})
+        for mq in mqs:
+            entry = locks.get(mq)
+            if entry is not None and entry[0] == client_id:
+                del locks[mq]
 
     def locked_by(self, group: str, mq: MessageQueueKey) -> str | None:
         """The live holder of ``mq`` (None when free or expired)."""
@@ -49,40 +71,30 @@ class RebalanceLockManager(_BaseLockManager):
             return None
         return entry[0]
 
-    def unlock_client(self, client_id: str) -> int:
-        """Drop every lock ``client_id`` holds (its connection closed); returns how many."""
-        n = 0
-        for group, locks in list(self.table.items()):
-            for mq, entry in list(locks.items()):
-                if entry[0] == client_id:
-                    del locks[mq]
-                    n += 1
-            if not locks:
-                del self.table[group]
-        return n
+
+def _mq_json(mq: MessageQueueKey) -> dict[str, Any]:
+    return {"brokerName": mq[1], "queueId": mq[2], "topic": mq[0]}
 
 
-class LockProcessor(_BaseLockProcessor):
+class LockProcessor(RequestProcessor):
     codes: ClassVar[tuple[int, ...]] = (RequestCode.LOCK_BATCH_MQ, RequestCode.UNLOCK_BATCH_MQ)
 
     def __init__(self, broker: BrokerController) -> None:
-        super().__init__(broker)
-        self.broker = broker
+        self.locks = broker.locks
 
-    def lock_requested(self, channel: Channel, client_id: str) -> None:
-        holders: set[str] | None = channel.attrs.get("lock_client_ids")
-        if holders is None:
-            holders = channel.attrs["lock_client_ids"] = set()
-            channel.add_close_listener(self._channel_closed)
-        holders.add(client_id)
-
-    def _channel_closed(self, channel: Channel) -> None:
-        if not isinstance(self.locks, RebalanceLockManager):
-            return
-        for client_id in channel.attrs.get("lock_client_ids", ()):
-            others = any(
-                c is not channel and not c.closed and client_id in c.attrs.get("lock_client_ids", ())
-                for c in self.broker.server.channels
-            )
-            if not others:
-                self.locks.unlock_client(client_id)
+    def process(self, channel: Channel, request: RemotingCommand) -> RemotingCommand:
+        unlock = request.code == RequestCode.UNLOCK_BATCH_MQ
+        kind = UnlockBatchRequestBody if unlock else LockBatchRequestBody
+        body = kind.from_json(request.body)
+        if body.consumer_group is None:  # Java fails on the null group
+            return request.response(ResponseCode.SYSTEM_ERROR, f"{kind.__name__}: consumerGroup is missing")
+        client_id = body.client_id or ""
+        # a Set<MessageQueue> in Java: a queue listed twice is one queue
+        mqs = list(dict.fromkeys((mq.topic or "", mq.broker_name or "", mq.queue_id) for mq in body.mq_set))
+        if unlock:
+            self.locks.unlock_batch(body.consumer_group, mqs, client_id)
+            return request.response(ResponseCode.SUCCESS)
+        locked = self.locks.try_lock_batch(body.consumer_group, mqs, client_id)
+        return request.response(
+            ResponseCode.SUCCESS, body=dumpb({"lockOKMQSet": [_mq_json(mq) for mq in locked]})
+        )

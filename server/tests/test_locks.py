@@ -1,4 +1,4 @@
-"""LOCK_BATCH_MQ / UNLOCK_BATCH_MQ on a real broker: ownership, renewal, expiry, connection close."""
+"""LOCK_BATCH_MQ / UNLOCK_BATCH_MQ on a real broker: ownership, renewal, expiry, a closed connection."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from rmqgate.server.client import RemotingClient
 from rmqgate.server.config import BrokerConfig, load_broker_conf
 from rmqgate.server.locks import lock_max_live_time
 from rmqgate.server.testing import async_test, small_store
-from rmqgate.wire import RemotingCommand
+from rmqgate.wire import RemotingCommand, ResponseCode
 from rmqgate.wire.codes import RequestCode as R
 
 
@@ -96,24 +96,44 @@ async def test_lock_expires_without_renewal(tmp_path: Path) -> None:
 
 
 @async_test
-async def test_locks_dropped_when_the_connection_closes(tmp_path: Path) -> None:
-    broker = make_broker(tmp_path / "s")
+async def test_a_lock_outlives_its_connection_until_lock_max_live_time(tmp_path: Path) -> None:
+    """As RebalanceLockManager: a connection closing frees nothing. The Java client reconnects after
+    a timed-out call and keeps consuming what it locked, so another consumer must not get the queues
+    until the locks expire; the owner re-locking from its new connection keeps them."""
+    broker = make_broker(tmp_path / "s", "rocketmq.broker.rebalance.lockMaxLiveTime = 1500\n")
     await broker.start()
     try:
         a = await RemotingClient.connect("127.0.0.1", broker.port)
-        a2 = await RemotingClient.connect("127.0.0.1", broker.port)  # same client id, second connection
         b = await RemotingClient.connect("127.0.0.1", broker.port)
         assert await lock(a, "A", [0, 1]) == [0, 1]
-        assert await lock(a2, "A", [0]) == [0]
         await a.aclose()
         await asyncio.sleep(0.1)
-        assert await lock(b, "B", [0, 1]) == []  # A still has a live connection
-        await a2.aclose()
-        for _ in range(50):
-            if broker.locks.locked_by("OG", ("OT", "broker-l", 0)) is None:
-                break
-            await asyncio.sleep(0.02)
+        assert await lock(b, "B", [0, 1]) == []
+        a = await RemotingClient.connect("127.0.0.1", broker.port)
+        assert await lock(a, "A", [0, 1]) == [0, 1]  # renewed from the new connection
+        await a.aclose()
+        await asyncio.sleep(2.3)  # 0.8 s past the lifetime: a stalled VM must not decide the outcome
         assert await lock(b, "B", [0, 1]) == [0, 1]
         await b.aclose()
+    finally:
+        await broker.stop()
+
+
+@async_test
+async def test_lock_requests_need_a_group_and_name_each_queue_once(tmp_path: Path) -> None:
+    broker = make_broker(tmp_path / "s")
+    await broker.start()
+    try:
+        c = await RemotingClient.connect("127.0.0.1", broker.port)
+        mq = {"brokerName": "broker-l", "queueId": 0, "topic": "OT"}
+        for code in (R.LOCK_BATCH_MQ, R.UNLOCK_BATCH_MQ):
+            no_group = json.dumps({"clientId": "A", "mqSet": [mq]}).encode()
+            resp = await c.invoke(RemotingCommand.request(code, {}, no_group))
+            assert resp.code == ResponseCode.SYSTEM_ERROR and "consumerGroup" in resp.remark
+        assert broker.locks.table == {}
+        twice = json.dumps({"clientId": "A", "consumerGroup": "OG", "mqSet": [mq, mq]}).encode()
+        resp = await c.invoke(RemotingCommand.request(R.LOCK_BATCH_MQ, {}, twice))
+        assert json.loads(resp.body)["lockOKMQSet"] == [mq]
+        await c.aclose()
     finally:
         await broker.stop()
