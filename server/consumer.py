@@ -177,14 +177,16 @@ class ConsumerManager:
         return new_client or changed
 
     def unregister(self, group: str, channel: Channel, notify_enabled: bool) -> None:
+        """``unregisterConsumer``: the group's other members are told whether or not this channel
+        was one of them."""
         cgi = self.groups.get(group)
         if cgi is None:
             return
-        if cgi.channels.pop(channel, None) is not None:
-            if not cgi.channels:
-                del self.groups[group]
-            elif notify_enabled:
-                self._notify(group, list(cgi.channels))
+        cgi.channels.pop(channel, None)
+        if not cgi.channels:
+            del self.groups[group]
+        elif notify_enabled:
+            self._notify(group, list(cgi.channels))
 
     def channel_closed(self, channel: Channel) -> None:
         for group, cgi in list(self.groups.items()):
@@ -279,7 +281,6 @@ class ClientManageProcessor(RequestProcessor):
         broker.watch_channel(channel)
         channel.client_id = client_id
         info_args = (channel, client_id, request.language, request.version)
-        created = False
         for cd in data.consumer_data_set:
             group = cd.group_name or ""
             sgc = broker.subscription_groups.find(group)
@@ -288,7 +289,7 @@ class ClientManageProcessor(RequestProcessor):
                 notify = bool(sgc.get("notifyConsumerIdsChangedEnable", True))
                 sys_flag = TOPIC_SYS_FLAG_UNIT_SUB if cd.unit_mode else 0
                 retry_topic = RETRY_GROUP_TOPIC_PREFIX + group
-                created = created or broker.topics.get(retry_topic) is None
+                # a new retry topic is registered in the background (Java's registration is oneway)
                 broker.topics.create_in_send_back(
                     retry_topic, int(sgc.get("retryQueueNums", 1)), PERM_RW, sys_flag
                 )
@@ -303,13 +304,7 @@ class ClientManageProcessor(RequestProcessor):
             )
         for pd in data.producer_data_set:
             broker.producers.register(pd.group_name or "", ClientChannelInfo(*info_args))
-        if created:  # a new %RETRY% topic: answer once the name servers know it, like Java
-            return self._registered(request.response(ResponseCode.SUCCESS))
         return request.response(ResponseCode.SUCCESS)
-
-    async def _registered(self, response: RemotingCommand) -> RemotingCommand:
-        await self.broker.register_all()
-        return response
 
     def unregister_client(self, channel: Channel, request: RemotingCommand) -> RemotingCommand:
         h = UnregisterClientRequestHeader.from_ext(request.ext_fields or {})

@@ -223,7 +223,7 @@ class PullMessageProcessor(RequestProcessor):
         if sgc is None:
             return request.response(
                 ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
-                f"subscription group [{group}] does not exist,{FAQ}",
+                f"subscription group [{group}] does not exist, {FAQ}",
                 {},
             )
         if not sgc.get("consumeEnable", True):
@@ -234,7 +234,7 @@ class PullMessageProcessor(RequestProcessor):
         tc = broker.topics.get(topic)
         if tc is None:
             return request.response(
-                ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!{FAQ}", {}
+                ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please! {FAQ}", {}
             )
         if not tc["perm"] & PERM_READ:
             return request.response(

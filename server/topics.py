@@ -67,6 +67,7 @@ SYSTEM_GROUPS = (
     "CID_ONSAPI_OWNER",
     "CID_RMQ_SYS_TRACE",
 )
+SYS_CONSUMER_GROUP_PREFIX = "CID_RMQ_SYS_"  # MixAll.isSysConsumerGroup
 
 
 def validate_topic(topic: str | None) -> str | None:
@@ -257,9 +258,12 @@ class SubscriptionGroupManager:
             self.meta.put_many(self.DB, new)
 
     def find(self, group: str) -> dict[str, Any] | None:
-        """``findSubscriptionGroupConfig``: auto-creates when autoCreateSubscriptionGroup."""
+        """``findSubscriptionGroupConfig``: auto-creates when autoCreateSubscriptionGroup, and always
+        for a system group (``CID_RMQ_SYS_``)."""
         sgc = self.table.get(group)
-        if sgc is None and self.config.autoCreateSubscriptionGroup:
+        if sgc is None and (
+            self.config.autoCreateSubscriptionGroup or group.startswith(SYS_CONSUMER_GROUP_PREFIX)
+        ):
             sgc = default_group_config(group)
             self.put(sgc)
         return sgc

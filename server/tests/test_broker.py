@@ -21,7 +21,7 @@ from rmqgate.server.config import BrokerConfig
 from rmqgate.server.namesrv import NamesrvController
 from rmqgate.server.remoting import Channel, RemotingServer, RequestProcessor
 from rmqgate.server.testing import async_test, small_store, stored, wait_for
-from rmqgate.server.topics import TopicConfigManager, topic_config
+from rmqgate.server.topics import TopicConfigManager, default_group_config, topic_config
 from rmqgate.store.api import open_store
 from rmqgate.tools.pcap import read_frames
 from rmqgate.wire import RemotingCommand, ResponseCode, SerializeType
@@ -651,6 +651,62 @@ async def test_heartbeat_consumer_list_and_notify(Broker) -> None:
         lst = await c1.invoke(RemotingCommand.request(R.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": "G"}))
         assert lst.code == ResponseCode.SYSTEM_ERROR
         await c1.aclose()
+
+
+class _SilentNamesrv(RequestProcessor):
+    """A name server that takes REGISTER_BROKER and never answers."""
+
+    codes = (R.REGISTER_BROKER, R.UNREGISTER_BROKER)
+
+    def process(self, channel: Channel, request: RemotingCommand) -> RemotingCommand | None:
+        return None
+
+
+@async_test
+async def test_client_management_as_4_9_8_does_it(Broker) -> None:
+    """A heartbeat creating %RETRY% answers at once (the registration is oneway in Java, so a slow name
+    server must not outlast the client's 3 s heartbeat timeout); an UNREGISTER_CLIENT from a non-member
+    still tells the members; system groups are created even without autoCreateSubscriptionGroup; the
+    pull remarks are Java's text."""
+    namesrv = RemotingServer("127.0.0.1", 0, [_SilentNamesrv()])
+    await namesrv.start()
+    try:
+        b = Broker(namesrvAddr=f"127.0.0.1:{namesrv.port}", autoCreateSubscriptionGroup=False)
+        b.config.registerBrokerTimeoutMills = 3000
+        b.broker.subscription_groups.put(default_group_config("G"))
+        await b.broker.start()  # its first registration times out
+        try:
+            notices: list[RemotingCommand] = []
+
+            async def on_request(cmd: RemotingCommand) -> None:
+                notices.append(cmd)
+
+            c1 = await b.client(on_request=on_request)
+            t0 = time.monotonic()
+            assert (await c1.invoke(heartbeat("cid-1", "G", "HT"))).code == 0
+            assert time.monotonic() - t0 < 1.0 and b.broker.topics.get("%RETRY%G") is not None
+            await wait_for(lambda: len(notices) == 1)
+            c3 = await b.client()
+            unreg = RemotingCommand.request(R.UNREGISTER_CLIENT, {"clientID": "cid-3", "consumerGroup": "G"})
+            assert (await c3.invoke(unreg)).code == 0
+            await wait_for(lambda: len(notices) == 2)
+            assert notices[-1].ext_fields == {"consumerGroup": "G"}
+            assert (await c1.invoke(heartbeat("cid-1", "CID_RMQ_SYS_X", "HT"))).code == 0
+            assert b.broker.subscription_groups.find("CID_RMQ_SYS_X") is not None
+            assert b.broker.topics.get("%RETRY%CID_RMQ_SYS_X") is not None
+            unknown = await c1.invoke(pull_cmd("HT", 0, group="NOPE"))
+            assert unknown.remark == (
+                "subscription group [NOPE] does not exist, \nSee http://rocketmq.apache.org/docs/faq/ "
+                "for further details."
+            )
+            missing = await c1.invoke(pull_cmd("NO_SUCH_TOPIC", 0, group="G"))
+            assert missing.remark.startswith("topic[NO_SUCH_TOPIC] not exist, apply first please! \nSee ")
+            await c1.aclose()
+            await c3.aclose()
+        finally:
+            await b.broker.stop()
+    finally:
+        await namesrv.stop()
 
 
 @async_test
