@@ -6,11 +6,14 @@ import asyncio
 import functools
 import os
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rmqgate.tools.pcap import read_frames
 from rmqgate.wire import RemotingCommand
-from rmqgate.wire.message import MessageExt, decode_message
+from rmqgate.wire.codes import RequestCode
+from rmqgate.wire.message import MessageExt, decode_message, iter_messages
 
 if TYPE_CHECKING:
     from rmqgate.server.broker import BrokerController
@@ -67,3 +70,20 @@ async def wait_for(predicate: Callable[[], Any], timeout: float = 10.0) -> Any:
             return value
         await asyncio.sleep(0.02)
     raise AssertionError("condition not met in time")
+
+
+def captured_requests_and_pulls(pcap: Path) -> Iterator[RemotingCommand | MessageExt]:
+    """A capture's requests, and each message a successful PULL_MESSAGE delivered, in capture order:
+    what corpus-derived tests compare rmqgate with."""
+    codes: dict[tuple[int, int], int] = {}
+    for frame in read_frames(pcap):
+        cmd = frame.command
+        if cmd is None:
+            continue
+        if not cmd.is_response:
+            codes[(frame.conn_id, cmd.opaque)] = cmd.code
+            yield cmd
+        elif (
+            codes.get((frame.conn_id, cmd.opaque)) == RequestCode.PULL_MESSAGE and cmd.code == 0 and cmd.body
+        ):
+            yield from iter_messages(cmd.body)

@@ -20,14 +20,14 @@ from rmqgate.server.client import RemotingClient
 from rmqgate.server.config import BrokerConfig
 from rmqgate.server.namesrv import NamesrvController
 from rmqgate.server.remoting import Channel, RemotingServer, RequestProcessor
-from rmqgate.server.testing import async_test, small_store, stored, wait_for
+from rmqgate.server.testing import async_test, captured_requests_and_pulls, small_store, stored, wait_for
 from rmqgate.server.topics import TopicConfigManager, default_group_config, topic_config
 from rmqgate.store.api import open_store
-from rmqgate.tools.pcap import read_frames
 from rmqgate.wire import RemotingCommand, ResponseCode, SerializeType
 from rmqgate.wire.codes import RequestCode as R
 from rmqgate.wire.message import (
     BatchEntry,
+    MessageExt,
     decode_batch,
     encode_batch,
     format_properties,
@@ -376,18 +376,12 @@ def _java_batch(corpus: Path) -> tuple[RemotingCommand, dict[str, str]]:
     SEND_BATCH_MESSAGE, and each of its messages' properties string (by UNIQ_KEY) as pulled back."""
     batch: RemotingCommand | None = None
     pulled: dict[str, str] = {}
-    codes: dict[tuple[int, int], int] = {}
-    for frame in read_frames(corpus / "pcap" / "c_BatchSend.pcap"):
-        cmd = frame.command
-        if cmd is None:
-            continue
-        if not cmd.is_response:
-            codes[(frame.conn_id, cmd.opaque)] = cmd.code
-            if cmd.code == R.SEND_BATCH_MESSAGE and batch is None:
-                batch = cmd
-        elif codes.get((frame.conn_id, cmd.opaque)) == R.PULL_MESSAGE and cmd.code == 0 and cmd.body:
-            for m in iter_messages(cmd.body):
-                pulled[m.properties["UNIQ_KEY"]] = m.properties_raw  # type: ignore[assignment]
+    for item in captured_requests_and_pulls(corpus / "pcap" / "c_BatchSend.pcap"):
+        if type(item) is RemotingCommand:
+            if item.code == R.SEND_BATCH_MESSAGE and batch is None:
+                batch = item
+        elif type(item) is MessageExt:
+            pulled[item.properties["UNIQ_KEY"]] = item.properties_raw  # type: ignore[assignment]
     assert batch is not None
     return batch, pulled
 

@@ -12,12 +12,11 @@ from rmqgate.server.broker import BrokerController
 from rmqgate.server.client import RemotingClient
 from rmqgate.server.config import BrokerConfig, load_broker_conf
 from rmqgate.server.schedule import parse_delay_levels, timeup_message
-from rmqgate.server.testing import async_test, small_store, stored, wait_for
+from rmqgate.server.testing import async_test, captured_requests_and_pulls, small_store, stored, wait_for
 from rmqgate.store.api import SCHEDULE_TOPIC
-from rmqgate.tools.pcap import read_frames
 from rmqgate.wire import RemotingCommand, ResponseCode
 from rmqgate.wire.codes import RequestCode as R
-from rmqgate.wire.message import MessageExt, format_properties, iter_messages, parse_properties
+from rmqgate.wire.message import MessageExt, format_properties, parse_properties
 
 LEVELS = "1s 2s 3s"
 
@@ -166,21 +165,14 @@ def _java_delivered_properties(corpus: Path) -> dict[str, dict[str, str]]:
     delivered (``delayed`` from its topic, ``retried`` from %RETRY%)."""
     sent: dict[str, dict[str, str]] = {}
     pulled: dict[str, dict[str, str]] = {}
-    codes: dict[tuple[int, int], int] = {}
-    for frame in read_frames(corpus / "pcap-thirdparty" / "ali-ons-3.12.0.pcap"):
-        cmd = frame.command
-        if cmd is None:
-            continue
-        if not cmd.is_response:
-            codes[(frame.conn_id, cmd.opaque)] = cmd.code
-            if cmd.code == R.SEND_MESSAGE_V2:
-                props = parse_properties(cmd.ext_fields["i"])  # type: ignore[index]
+    for item in captured_requests_and_pulls(corpus / "pcap-thirdparty" / "ali-ons-3.12.0.pcap"):
+        if type(item) is RemotingCommand:
+            if item.code == R.SEND_MESSAGE_V2:
+                props = parse_properties(item.ext_fields["i"])  # type: ignore[index]
                 sent[props["KEYS"]] = props
-        elif codes.get((frame.conn_id, cmd.opaque)) == R.PULL_MESSAGE and cmd.code == 0 and cmd.body:
-            for m in iter_messages(cmd.body):
-                if "DELAY" in m.properties:
-                    kind = "retried" if m.topic.startswith("%RETRY%") else "delayed"
-                    pulled[kind] = dict(m.properties)
+        elif type(item) is MessageExt and "DELAY" in item.properties:
+            kind = "retried" if item.topic.startswith("%RETRY%") else "delayed"
+            pulled[kind] = dict(item.properties)
     return {
         "sent_delayed": sent[pulled["delayed"]["KEYS"]],
         "sent_retried": sent[pulled["retried"]["KEYS"]],

@@ -16,17 +16,17 @@ from typing import Any
 from rmqgate.server.broker import BrokerController
 from rmqgate.server.client import RemotingClient
 from rmqgate.server.config import BrokerConfig
-from rmqgate.server.testing import async_test, small_store, stored, wait_for
+from rmqgate.server.testing import async_test, captured_requests_and_pulls, small_store, stored, wait_for
 from rmqgate.server.topics import (
     RMQ_SYS_TRANS_CHECK_MAX_TIME_TOPIC,
     RMQ_SYS_TRANS_HALF_TOPIC,
     RMQ_SYS_TRANS_OP_HALF_TOPIC,
 )
 from rmqgate.server.transaction import CID_RMQ_SYS_TRANS
-from rmqgate.tools.pcap import read_frames
 from rmqgate.wire import RemotingCommand, ResponseCode
 from rmqgate.wire.codes import RequestCode as R
 from rmqgate.wire.message import (
+    MessageExt,
     MessageSysFlag,
     decode_message,
     decode_offset_msg_id,
@@ -254,22 +254,15 @@ def _java_transaction_properties(corpus: Path) -> tuple[dict[str, str], dict[str
     sent: dict[str, dict[str, str]] = {}
     pulled: dict[str, dict[str, str]] = {}
     checked: dict[str, str] = {}
-    codes: dict[tuple[int, int], int] = {}
-    for frame in read_frames(pcap):
-        cmd = frame.command
-        if cmd is None:
-            continue
-        if not cmd.is_response:
-            codes[(frame.conn_id, cmd.opaque)] = cmd.code
-            if cmd.code == R.SEND_MESSAGE_V2 and "TRAN_MSG" in (cmd.ext_fields or {}).get("i", ""):
-                props = parse_properties(cmd.ext_fields["i"])
+    for item in captured_requests_and_pulls(pcap):
+        if type(item) is RemotingCommand:
+            if item.code == R.SEND_MESSAGE_V2 and "TRAN_MSG" in (item.ext_fields or {}).get("i", ""):
+                props = parse_properties(item.ext_fields["i"])
                 sent[props["UNIQ_KEY"]] = props
-            elif cmd.code == R.CHECK_TRANSACTION_STATE:
-                checked = decode_message(bytes(cmd.body), 0).properties
-        elif codes.get((frame.conn_id, cmd.opaque)) == R.PULL_MESSAGE and cmd.code == 0 and cmd.body:
-            for m in iter_messages(cmd.body):
-                if m.sys_flag & MessageSysFlag.TRANSACTION_MASK == COMMIT:
-                    pulled[m.properties["UNIQ_KEY"]] = dict(m.properties)
+            elif item.code == R.CHECK_TRANSACTION_STATE:
+                checked = decode_message(bytes(item.body), 0).properties
+        elif type(item) is MessageExt and item.sys_flag & MessageSysFlag.TRANSACTION_MASK == COMMIT:
+            pulled[item.properties["UNIQ_KEY"]] = dict(item.properties)
     uniq = next(u for u, p in pulled.items() if "TRANSACTION_CHECK_TIMES" not in p)  # committed unchecked
     return sent[uniq], pulled[uniq], checked
 
@@ -417,7 +410,6 @@ async def test_pending_half_is_checked_after_restart(tmp_path: Path) -> None:
 def test_iter_messages_sanity_of_check_body() -> None:
     """The check body is one stored-format record (what the clients decode with MessageDecoder)."""
     from rmqgate.server.transaction import check_request
-    from rmqgate.wire.message import MessageExt
 
     half = MessageExt(
         RMQ_SYS_TRANS_HALF_TOPIC,
