@@ -5,7 +5,8 @@ deliver time (store time + the level's delay) as the ConsumeQueue tagsCode. One 
 that queue in order from its delay offset, re-puts each due message to REAL_TOPIC/REAL_QID (DELAY
 kept in its properties, not scheduled again), and records the new offset in the store's LMDB
 (``delay_offsets``) after each batch, so a restart resumes where delivery stopped (at-least-once: a
-crash between the put and the offset write can deliver one batch again). Levels come from messageDelayLevel (broker.conf).
+crash between the put and the offset write can deliver one batch again). Levels come from
+messageDelayLevel (broker.conf).
 """
 
 from __future__ import annotations
