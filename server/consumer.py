@@ -2,7 +2,8 @@
 
 ``ClientManageProcessor`` serves HEART_BEAT, UNREGISTER_CLIENT and CHECK_CLIENT_CONFIG;
 ``ConsumerManageProcessor`` GET_CONSUMER_LIST_BY_GROUP (queue locks are in ``locks``). A group's
-clients get NOTIFY_CONSUMER_IDS_CHANGED (oneway) when a client joins or leaves it or its subscriptions change.
+clients get NOTIFY_CONSUMER_IDS_CHANGED (oneway) when a client joins or leaves it or its
+subscriptions change.
 Channels without a heartbeat for 120 s are closed and dropped.
 """
 

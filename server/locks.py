@@ -40,7 +40,7 @@ def lock_max_live_time(config: BrokerConfig) -> float:
 class RebalanceLockManager:
     """group -> {queue: [clientId, last lock or renewal]}; an entry older than ``max_live`` is free."""
 
-    def __init__(self, max_live: float = DEFAULT_LOCK_MAX_LIVE_TIME_MS / 1000.0) -> None:
+    def __init__(self, max_live: float) -> None:
         self.max_live = max_live
         self.table: dict[str, dict[MessageQueueKey, list[Any]]] = {}
 

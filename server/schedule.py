@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 import time
 from typing import TYPE_CHECKING
@@ -60,12 +59,8 @@ def timeup_message(msg: MessageExt) -> MessageExt:
     stored, DELAY and WAIT included (a 4.9.8 broker's consumers see ``DELAY=<level>`` on a delivered
     delayed or retried message, and a send-back's WAIT=false); it is put with ``schedule_delay=False``."""
     props = msg.properties
-    return dataclasses.replace(
-        msg,
-        topic=props.get(PROPERTY_REAL_TOPIC, ""),
-        queue_id=int(props.get(PROPERTY_REAL_QUEUE_ID, "0") or 0),
-        body=bytes(msg.body),
-        store_size=0,
+    return msg.detached(
+        topic=props.get(PROPERTY_REAL_TOPIC, ""), queue_id=int(props.get(PROPERTY_REAL_QUEUE_ID, "0") or 0)
     )
 
 

@@ -313,9 +313,7 @@ class SendMessageProcessor(RequestProcessor):
         batch_text = format_properties(batch_props, java_order=True)
         msgs = []
         for entry in entries:
-            raw = entry.properties_raw
-            if raw is None:
-                raw = format_properties(entry.properties)
+            raw = entry.properties_raw or ""  # decode_batch keeps each message's string as sent
             if raw and not raw.endswith(PROPERTY_SEPARATOR):
                 raw += PROPERTY_SEPARATOR
             props = entry.properties

@@ -14,10 +14,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 import time
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from rmqgate.server.remoting import Channel, RequestProcessor, cancel_and_wait
 from rmqgate.server.topics import (
@@ -79,15 +78,6 @@ def _java_int(text: str | None) -> int:
         return int(text or "")
     except ValueError:
         return -1
-
-
-def _copy(msg: MessageExt, **changes: Any) -> MessageExt:
-    """A new inner message from a stored one (body copied out of the mmap, every property kept, as
-    Java's renewHalfMessageInner and endMessageTransaction write the stored properties string)."""
-    props = dict(msg.properties)
-    return dataclasses.replace(
-        msg, body=bytes(msg.body), properties=props, properties_raw=None, store_size=0, **changes
-    )
 
 
 class TransactionalMessageService:
@@ -204,8 +194,7 @@ class TransactionalMessageService:
         """``endMessageTransaction``: the half restored to its real topic with the half's properties
         as stored. Java clears TRAN_MSG, REAL_TOPIC and REAL_QID only after writing the properties
         string, so a consumer of a 4.9.8 broker sees them (and WAIT, PGROUP) on committed messages."""
-        return _copy(
-            half,
+        return half.detached(
             topic=half.properties.get(PROPERTY_REAL_TOPIC, ""),
             queue_id=int(half.properties.get(PROPERTY_REAL_QUEUE_ID, "0") or 0),
             sys_flag=reset_transaction(half.sys_flag, tx_type),
@@ -302,7 +291,7 @@ class TransactionalMessageService:
     def _put_back(self, half: MessageExt, times: int, *, immunity: bool = False) -> MessageExt | None:
         """``putBackHalfMsgQueue``: the half again at the end of the queue, one more check counted
         (an immune half's copy counts none and remembers the offset it was first prepared at)."""
-        copy = _copy(half)
+        copy = half.detached()
         if immunity:
             copy.properties.setdefault(PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET, str(half.queue_offset))
         else:
@@ -319,7 +308,7 @@ class TransactionalMessageService:
     def _discard(self, half: MessageExt) -> None:
         """Checked transactionCheckMax times: park it in TRANS_CHECK_MAX_TIME_TOPIC."""
         self.broker.topics.create_in_send_back(RMQ_SYS_TRANS_CHECK_MAX_TIME_TOPIC, 1, PERM_RW, 0)
-        msg = _copy(half, topic=RMQ_SYS_TRANS_CHECK_MAX_TIME_TOPIC, queue_id=0)
+        msg = half.detached(topic=RMQ_SYS_TRANS_CHECK_MAX_TIME_TOPIC, queue_id=0)
         result = self.store.put_message(msg)
         log.warning(
             "half %d (%s) checked %s times, moved to %s: %s",
@@ -343,8 +332,7 @@ def check_request(half: MessageExt) -> RemotingCommand:
     """CHECK_TRANSACTION_STATE for ``half`` (body: it in stored format, restored to its real topic)."""
     props = half.properties
     uniq = props.get(PROPERTY_UNIQ_KEY)
-    real = _copy(
-        half,
+    real = half.detached(
         topic=props.get(PROPERTY_REAL_TOPIC, half.topic),
         queue_id=int(props.get(PROPERTY_REAL_QUEUE_ID, str(half.queue_id)) or 0),
     )

@@ -11,7 +11,7 @@ import mmap
 import struct
 import zlib
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from operator import mul
 from typing import Any, NamedTuple
@@ -428,6 +428,12 @@ class MessageExt:
     store_size: int = 0
     magic: int = MAGIC_V1
     properties_raw: str | None = field(default=None, repr=False, compare=False)
+
+    def detached(self, **changes: Any) -> MessageExt:
+        """A copy to store again (a delayed message when due, a half re-put or ended): it owns its
+        body (a stored message's is a view of the mapped file) and its properties dict, with
+        ``changes`` applied; the properties string as read is still written while the dict matches it."""
+        return replace(self, body=bytes(self.body), properties=dict(self.properties), store_size=0, **changes)
 
     @property
     def offset_msg_id(self) -> str:

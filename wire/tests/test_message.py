@@ -929,3 +929,20 @@ def test_scan_index_records_host_widths_v2_topics_limits_and_damage() -> None:
     struct.pack_into(">i", bad, want[1][0], 5000)  # the second record's total size lies
     scan = m.scan_index_records(bad, 0, records_end, 100)
     assert scan.records == want[:1] and scan.end == want[1][0] and "disagree" in (scan.stopped or "")
+
+
+def test_detached_copy_owns_its_body_and_properties_and_keeps_the_string_as_read() -> None:
+    raw_props = "B\x012\x02A\x011"  # not the dict's own order: written back verbatim while it matches
+    rec = m.encode_message(
+        MessageExt("T", b"body", properties={"B": "2", "A": "1"}, properties_raw=raw_props)
+    )
+    buf = bytearray(rec)
+    stored = m.decode_message(memoryview(buf), 0)
+    assert stored.properties_raw == raw_props and stored.store_size == len(rec)
+    copy = stored.detached(topic="U", queue_id=3)
+    buf[:] = bytes(len(buf))  # the mapped file is reused: the copy must not change
+    assert (copy.topic, copy.queue_id, bytes(copy.body), copy.store_size) == ("U", 3, b"body", 0)
+    assert type(copy.body) is bytes and copy.properties is not stored.properties
+    assert m.decode_message(m.encode_message(copy), 0).properties_raw == raw_props
+    copy.properties["C"] = "3"  # a changed dict is written as the dict says
+    assert m.decode_message(m.encode_message(copy), 0).properties == {"B": "2", "A": "1", "C": "3"}
