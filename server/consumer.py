@@ -21,6 +21,7 @@ from rmqgate.wire.bodies import CheckClientRequestBody, HeartbeatData
 from rmqgate.wire.bodies import SubscriptionData as SubscriptionDataBody
 from rmqgate.wire.codes import RequestCode, ResponseCode
 from rmqgate.wire.command import RemotingCommand
+from rmqgate.wire.errors import BodyError
 from rmqgate.wire.headers import GetConsumerListByGroupRequestHeader, UnregisterClientRequestHeader
 from rmqgate.wire.message import java_string_hash
 
@@ -277,13 +278,14 @@ class ClientManageProcessor(RequestProcessor):
 
     def heart_beat(self, channel: Channel, request: RemotingCommand) -> Any:
         data = HeartbeatData.from_json(request.body)
+        _check_heartbeat(data)
         client_id = data.client_id or ""
         broker = self.broker
         broker.watch_channel(channel)
         channel.client_id = client_id
         info_args = (channel, client_id, request.language, request.version)
         for cd in data.consumer_data_set:
-            group = cd.group_name or ""
+            group = cd.group_name
             sgc = broker.subscription_groups.find(group)
             notify = True
             if sgc is not None:
@@ -304,7 +306,7 @@ class ClientManageProcessor(RequestProcessor):
                 notify,
             )
         for pd in data.producer_data_set:
-            broker.producers.register(pd.group_name or "", ClientChannelInfo(*info_args))
+            broker.producers.register(pd.group_name, ClientChannelInfo(*info_args))
         return request.response(ResponseCode.SUCCESS)
 
     def unregister_client(self, channel: Channel, request: RemotingCommand) -> RemotingCommand:
@@ -328,6 +330,19 @@ class ClientManageProcessor(RequestProcessor):
                 f"The broker does not support consumer to filter message by {expression_type}",
             )
         return request.response(ResponseCode.SUCCESS)
+
+
+def _check_heartbeat(data: HeartbeatData) -> None:
+    """A group or subscription topic that is absent (JSON null or missing) is refused before anything
+    is registered: 4.9.8 answers SYSTEM_ERROR for these, from a NullPointerException on its
+    concurrent maps. An empty name is a name there, and here."""
+    for cd in data.consumer_data_set:
+        if cd.group_name is None:
+            raise BodyError("heartbeat: a consumerData has no groupName")
+        if any(s.topic is None for s in cd.subscription_data_set):
+            raise BodyError(f"heartbeat: a subscription of consumer group {cd.group_name} has no topic")
+    if any(pd.group_name is None for pd in data.producer_data_set):
+        raise BodyError("heartbeat: a producerData has no groupName")
 
 
 class ConsumerManageProcessor(RequestProcessor):

@@ -704,6 +704,37 @@ async def test_client_management_as_4_9_8_does_it(Broker) -> None:
 
 
 @async_test
+async def test_a_heartbeat_without_a_group_or_topic_gets_system_error_and_registers_nothing(Broker) -> None:
+    """4.9.8 answers SYSTEM_ERROR (an NPE in its maps) for a consumer or producer without groupName and
+    a subscription without topic; nothing of such a heartbeat is registered. An empty name is valid."""
+    b = Broker()
+    await b.broker.start()
+    try:
+        c = await b.client()
+        consumer = {"groupName": "G", "subscriptionDataSet": [{"topic": "T", "subString": "*"}]}
+        bad = [
+            {"clientID": "c1", "consumerDataSet": [{"subscriptionDataSet": []}]},
+            {
+                "clientID": "c1",
+                "consumerDataSet": [{"groupName": "G", "subscriptionDataSet": [{"subString": "*"}]}],
+            },
+            {"clientID": "c1", "consumerDataSet": [consumer], "producerDataSet": [{"groupName": None}]},
+        ]
+        for body in bad:
+            r = await c.invoke(RemotingCommand.request(R.HEART_BEAT, body=json.dumps(body).encode()))
+            assert r.code == ResponseCode.SYSTEM_ERROR and "heartbeat: a " in r.remark, r
+        assert b.broker.consumers.find("G") is None and b.broker.consumers.find("") is None
+        assert b.broker.topics.get("%RETRY%") is None and b.broker.topics.get("%RETRY%G") is None
+        assert not b.broker.producers.groups
+        empty = {"clientID": "c1", "consumerDataSet": [{"groupName": "", "subscriptionDataSet": []}]}
+        r = await c.invoke(RemotingCommand.request(R.HEART_BEAT, body=json.dumps(empty).encode()))
+        assert r.code == ResponseCode.SUCCESS and b.broker.consumers.find("") is not None
+        await c.aclose()
+    finally:
+        await b.broker.stop()
+
+
+@async_test
 async def test_notify_consumer_ids_changed_disabled_for_every_change(Broker) -> None:
     """notifyConsumerIdsChangedEnable=false: no NOTIFY_CONSUMER_IDS_CHANGED when a consumer joins,
     unregisters or disconnects (Java's listener checks it for every CHANGE)."""
