@@ -48,7 +48,7 @@ class BrokerController:
         store: MessageStore | None = None,
         *,
         listen_host: str = "0.0.0.0",
-        idle_timeout: float = 120.0,
+        idle_timeout: float | None = None,
         extra_processors: Iterable[RequestProcessor] = (),
         scan_interval: float = 10.0,
     ) -> None:
@@ -81,7 +81,11 @@ class BrokerController:
             *extra_processors,
         ]
         self.server = RemotingServer(
-            listen_host, config.listenPort, processors, idle_timeout=idle_timeout, name="broker"
+            listen_host,
+            config.listenPort,
+            processors,
+            idle_timeout=config.serverChannelMaxIdleTimeSeconds if idle_timeout is None else idle_timeout,
+            name="broker",
         )
         self.scan_interval = scan_interval
         self._namesrv_clients: dict[str, RemotingClient] = {}

@@ -106,6 +106,7 @@ class BrokerConfig(PropertiesConfig):
     brokerId: int = 0
     namesrvAddr: str | None = None
     listenPort: int = 10911
+    serverChannelMaxIdleTimeSeconds: int = 120  # NettyServerConfig's key; 0 never closes idle connections
     brokerIP1: str = "127.0.0.1"
     brokerIP2: str | None = None
     brokerPermission: int = 6

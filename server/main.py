@@ -45,7 +45,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--listen", metavar="HOST", default="0.0.0.0", help="address to listen on (default 0.0.0.0)"
     )
-    parser.add_argument("--idle-timeout", type=float, default=120.0, help="close idle connections after N s")
+    parser.add_argument(
+        "--idle-timeout",
+        type=float,
+        default=None,
+        help="close connections idle for N s (default 120; the broker's default is broker.conf's "
+        "serverChannelMaxIdleTimeSeconds)",
+    )
     parser.add_argument("--log-level", default=os.environ.get("RMQGATE_LOG_LEVEL", "INFO"))
 
 
@@ -70,7 +76,7 @@ def _advertised(host: str) -> str:
 
 async def serve(args: argparse.Namespace, stop: asyncio.Event | None = None) -> int:
     from rmqgate.server.namesrv import NamesrvController
-    from rmqgate.server.remoting import RemotingServer
+    from rmqgate.server.remoting import DEFAULT_IDLE_TIMEOUT, RemotingServer
 
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -88,7 +94,11 @@ async def serve(args: argparse.Namespace, stop: asyncio.Event | None = None) -> 
                 kv_path = os.path.join(config.storePathRootDir, "namesrv", "kvConfig.json")
             namesrv = NamesrvController(NamesrvConfig(kvConfigPath=kv_path, listenPort=port))
             namesrv_server = RemotingServer(
-                args.listen, port, namesrv.processors(), idle_timeout=args.idle_timeout, name="namesrv"
+                args.listen,
+                port,
+                namesrv.processors(),
+                idle_timeout=DEFAULT_IDLE_TIMEOUT if args.idle_timeout is None else args.idle_timeout,
+                name="namesrv",
             )
             await namesrv_server.start()
             await namesrv.start()

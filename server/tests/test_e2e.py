@@ -2,7 +2,8 @@
 
 - one process with both roles: route -> send -> pull -> commit offset -> query offset, restart keeps it;
 - a mixed cluster: one process ``--role namesrv``, another ``--role broker`` registering with it;
-- SIGTERM: exit 0, abort file removed, broker unregistered from the name server.
+- SIGTERM: exit 0, abort file removed, broker unregistered from the name server;
+- the broker's idle close from broker.conf's serverChannelMaxIdleTimeSeconds.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -162,3 +164,26 @@ async def test_mixed_cluster_namesrv_and_broker_processes(tmp_path: Path) -> Non
             route = await ns.invoke(RemotingCommand.request(R.GET_ROUTEINFO_BY_TOPIC, {"topic": "MIX"}))
             assert route.code == ResponseCode.TOPIC_NOT_EXIST
             await ns.aclose()
+
+
+def test_the_brokers_idle_close_comes_from_broker_conf(tmp_path: Path) -> None:
+    """serverChannelMaxIdleTimeSeconds in broker.conf (NettyServerConfig's key) closes the broker's idle
+    connections; the name server keeps its own default, and --idle-timeout overrides both."""
+
+    def closed_within(addr: str, seconds: float) -> bool:
+        host, port = addr.rsplit(":", 1)
+        with socket.create_connection((host, int(port)), timeout=seconds) as s:
+            try:
+                return s.recv(1) == b""
+            except TimeoutError:
+                return False
+
+    conf = tmp_path / "broker.conf"
+    conf.write_text(f"serverChannelMaxIdleTimeSeconds=1\nstorePathRootDir={tmp_path / 'store'}\n")
+    with Serve("--conf", str(conf), "--namesrv-port", "0", "--broker-port", "0") as proc:
+        assert closed_within(proc.addrs["broker"], 5)
+        assert not closed_within(proc.addrs["namesrv"], 2)
+    with Serve(
+        "--conf", str(conf), "--namesrv-port", "0", "--broker-port", "0", "--idle-timeout", "30"
+    ) as proc:
+        assert not closed_within(proc.addrs["broker"], 2)
