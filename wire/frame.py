@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from rmqgate.wire.command import RemotingCommand
 from rmqgate.wire.errors import FrameError, FrameTooLarge, HeaderError
-from rmqgate.wire.layout import FRAME_PREFIX, HEADER_LENGTH_MASK
+from rmqgate.wire.layout import FRAME_LENGTH, FRAME_PREFIX, HEADER_LENGTH_MASK
 from rmqgate.wire.serialization import DECODERS, ENCODERS
 
 #: Netty's LengthFieldBasedFrameDecoder limit (com.rocketmq.remoting.frameMaxLength), counting the
@@ -17,15 +17,29 @@ from rmqgate.wire.serialization import DECODERS, ENCODERS
 DEFAULT_MAX_FRAME_LENGTH = 16 * 1024 * 1024
 
 _PREFIX_SIZE = FRAME_PREFIX.size
+_LENGTH_SIZE = FRAME_LENGTH.size
 _unpack_prefix = FRAME_PREFIX.unpack_from
 
 
-def _check_envelope(length: int, word: int, max_frame_length: int) -> tuple[int, int]:
+def _check_length(length: int, max_frame_length: int) -> None:
     if length + 4 > max_frame_length:
         raise FrameTooLarge(f"frame of {length + 4} bytes exceeds the limit of {max_frame_length}")
+    if length < 4:
+        raise FrameError(f"frame length {length} leaves no room for the header-length word")
+
+
+def _check_tail(src: bytes | bytearray, pos: int, end: int, max_frame_length: int) -> None:
+    """A tail holding only the length field: judged now, as Netty's frame decoder does, rather than
+    after the header word, which a peer that sent a bad length may never send."""
+    if _LENGTH_SIZE <= end - pos < _PREFIX_SIZE:
+        _check_length(FRAME_LENGTH.unpack_from(src, pos)[0], max_frame_length)
+
+
+def _check_envelope(length: int, word: int, max_frame_length: int) -> tuple[int, int]:
+    _check_length(length, max_frame_length)
     header_length = word & HEADER_LENGTH_MASK
     serialize_type = word >> 24
-    if length < 4 or header_length > length - 4:
+    if header_length > length - 4:
         raise FrameError(f"bad header length {header_length} for a frame length of {length}")
     if serialize_type > 1:
         raise FrameError(f"unknown serialization type {serialize_type} in the header-length word")
@@ -123,6 +137,8 @@ class FrameDecoder:
                     body = src[body_start:frame_end]
                     cmd.body = body if src is not buf else bytes(body)
                 out.append(cmd)
+            if end - pos >= _LENGTH_SIZE:
+                _check_tail(src, pos, end, max_frame_length)
         except (HeaderError, FrameError) as exc:
             exc.decoded = out  # type: ignore[attr-defined]
             raise
@@ -152,6 +168,7 @@ class FrameDecoder:
                     break
                 frames.append(bytes(buf[pos : pos + length + 4]))
                 pos += length + 4
+            _check_tail(buf, pos, end, self.max_frame_length)
         except FrameError as exc:
             exc.frames = frames  # type: ignore[attr-defined]
             raise

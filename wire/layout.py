@@ -92,6 +92,7 @@ def field(con: Construct, name: str) -> Construct:
 
 
 FRAME_PREFIX = fixed_struct(Frame)  # length, header word
+FRAME_LENGTH = struct.Struct(field(Frame, "length").subcon.fmtstr)
 ROCKETMQ_FIXED = fixed_struct(RocketMQHeader)  # code, language, version, opaque, flag
 REMARK_LENGTH = prefix_struct(field(RocketMQHeader, "remark"))
 EXT_TOTAL_LENGTH = prefix_struct(field(RocketMQHeader, "ext_fields"))

@@ -37,6 +37,19 @@ def test_frame_over_the_limit_is_rejected_before_buffering_it() -> None:
         decoder.feed(b"\x00\x00\x10\x00\x00\x00\x00\x10")
 
 
+@pytest.mark.parametrize("length", [0, 3, 64])
+def test_a_bad_length_is_rejected_once_its_four_bytes_are_in(length: int) -> None:
+    """As Netty's frame decoder: the length field alone decides; the frames before it are kept."""
+    good = encode_frame(_cmd(1))
+    for feed in (FrameDecoder.feed, FrameDecoder.feed_raw):
+        decoder = FrameDecoder(max_frame_length=63)
+        with pytest.raises(FrameError) as err:
+            feed(decoder, good + length.to_bytes(4, "big"))
+        kept = err.value.decoded if feed is FrameDecoder.feed else err.value.frames  # type: ignore[attr-defined]
+        assert len(kept) == 1
+    assert FrameDecoder().feed(good + (4).to_bytes(4, "big")) == [_cmd(1)]  # a good length: wait for more
+
+
 def test_header_length_beyond_frame_is_a_frame_error() -> None:
     with pytest.raises(FrameError, match="bad header length"):
         FrameDecoder().feed(b"\x00\x00\x00\x08\x00\x00\x00\x20abcd")
@@ -123,7 +136,7 @@ def test_corrupted_header_bytes_give_a_header_error_or_a_command(
     ("frame", "error", "match"),
     [
         (b"\x00\x00\x00", FrameError, "shorter than its 8-byte prefix"),
-        (b"\x00\x00\x00\x02\x00\x00\x00\x00", FrameError, "bad header length"),
+        (b"\x00\x00\x00\x02\x00\x00\x00\x00", FrameError, "length 2 leaves no room"),
         (b"\x00\x00\x00\x05\x02\x00\x00\x01{", FrameError, "unknown serialization type 2"),
         (b"\x00\x00\x00\x06\x00\x00\x00\x02\xff\xfe", HeaderError, "not valid UTF-8"),
         (b"\x00\x00\x00\x06\x00\x00\x00\x02[]", HeaderError, "not an object"),
