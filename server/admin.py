@@ -22,7 +22,7 @@ from rmqgate.server.topics import (
 from rmqgate.store.api import SCHEDULE_TOPIC
 from rmqgate.wire.bodies import SubscriptionGroupConfig
 from rmqgate.wire.codes import LanguageCode, MQVersion, RequestCode, ResponseCode
-from rmqgate.wire.command import RemotingCommand
+from rmqgate.wire.command import RESPONSE_FLAG, RemotingCommand
 from rmqgate.wire.errors import BodyError, MessageFormatError
 from rmqgate.wire.fastjson import ObjectKey
 from rmqgate.wire.headers import (
@@ -393,7 +393,11 @@ class AdminBrokerProcessor(RequestProcessor):
             return req.response(
                 ResponseCode.SYSTEM_ERROR, f"invoke consumer <{group}> <{client_id}> Exception: {exc}"
             )
-        return req.response(answer.code, answer.remark, answer.ext_fields, answer.body)
+        # the consumer's own answer goes back, its language and version too (AdminBrokerProcessor)
+        answer.opaque = req.opaque
+        answer.flag |= RESPONSE_FLAG
+        answer.serialize_type = req.serialize_type
+        return answer
 
     # -- broker --
     def get_broker_runtime_info(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:

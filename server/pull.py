@@ -17,7 +17,7 @@ import time
 from typing import TYPE_CHECKING, ClassVar
 
 from rmqgate.server.consumer import SubscriptionData, SubscriptionParseError
-from rmqgate.server.remoting import Channel, RequestProcessor
+from rmqgate.server.remoting import Channel, RequestProcessor, server_serialized
 from rmqgate.server.topics import OFFSET_MOVED_EVENT, PERM_READ
 from rmqgate.store.api import DispatchRequest, GetMessageStatus, PutMessageStatus
 from rmqgate.wire.bodies import MessageQueue, OffsetMovedEvent
@@ -142,8 +142,8 @@ class PullRequestHoldService:
             response = self.processor.pull(held.channel, held.request, allow_suspend=False)
         except Exception as exc:  # same policy as the core: answer SYSTEM_ERROR
             response = held.request.response(ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
-        if response is not None:
-            held.channel.send_response(response)
+        if response is not None:  # written by the hold service, not the callback: JSON, as Java's
+            held.channel.send_response(server_serialized(response))
 
     def on_arrival(self, d: DispatchRequest) -> None:
         """The store's arrival listener (called in the putting thread)."""

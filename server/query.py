@@ -8,8 +8,8 @@ import asyncio
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from rmqgate.server.remoting import Channel, RequestProcessor
-from rmqgate.wire.codes import RequestCode, ResponseCode, SerializeType
+from rmqgate.server.remoting import Channel, RequestProcessor, server_serialized
+from rmqgate.wire.codes import RequestCode, ResponseCode
 from rmqgate.wire.command import RemotingCommand
 from rmqgate.wire.headers import QueryMessageRequestHeader, ViewMessageRequestHeader
 
@@ -37,7 +37,7 @@ class QueryMessageProcessor(RequestProcessor):
                 return request.response(
                     ResponseCode.SYSTEM_ERROR, f"can not find message by the offset, {v.offset}"
                 )
-            return _json(request.response(ResponseCode.SUCCESS, body=bytes(buf)))
+            return server_serialized(request.response(ResponseCode.SUCCESS, body=bytes(buf)))
         q = QueryMessageRequestHeader.from_ext(ext)
         max_num = self.default_query_max_num if ext.get(UNIQUE_MSG_QUERY_FLAG) == "true" else q.max_num
         return self._query(request, q, max_num)
@@ -53,15 +53,9 @@ class QueryMessageProcessor(RequestProcessor):
             "indexLastUpdatePhyoffset": str(res.index_last_update_phyoffset),
         }
         if res.buffers:
-            return _json(request.response(ResponseCode.SUCCESS, None, header, b"".join(res.buffers)))
+            return server_serialized(
+                request.response(ResponseCode.SUCCESS, None, header, b"".join(res.buffers))
+            )
         return request.response(
             ResponseCode.QUERY_NOT_FOUND, "can not find message, maybe time range not correct", header
         )
-
-
-def _json(response: RemotingCommand) -> RemotingCommand:
-    """Java writes these answers itself (zero-copy), bypassing the step that gives a response its
-    request's serialization: they go out in the server's own, JSON (the corpus's ROCKETMQ-header
-    VIEW_MESSAGE_BY_ID requests got JSON answers)."""
-    response.serialize_type = SerializeType.JSON
-    return response

@@ -101,21 +101,21 @@ def _system_error(request: RemotingCommand, exc: BaseException) -> RemotingComma
     else:
         log.error("processor failed on %s from request %r", request_name(request.code), request, exc_info=exc)
         remark = f"{type(exc).__name__}: {exc}"
-    return _server_type(request.response(ResponseCode.SYSTEM_ERROR, remark))
+    return server_serialized(request.response(ResponseCode.SYSTEM_ERROR, remark))
 
 
 def not_supported(request: RemotingCommand) -> RemotingCommand:
-    return _server_type(
-        request.response(
-            ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
-            f" request type {request.code} ({request_name(request.code)}) not supported",
-        )
+    """The broker's default processor's answer (AdminBrokerProcessor.getUnknownCmdResponse), which
+    goes back like any processor's, in the request's serialization."""
+    return request.response(
+        ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {request.code} not supported"
     )
 
 
-def _server_type(response: RemotingCommand) -> RemotingCommand:
-    """Java writes these answers straight from processRequestCommand, past the step that gives a
-    response its request's serialization: they go out in the server's own, JSON."""
+def server_serialized(response: RemotingCommand) -> RemotingCommand:
+    """For the answers Java writes itself rather than through the callback that gives a response its
+    request's serialization (an exception's SYSTEM_ERROR, a woken long-poll pull, a zero-copy
+    message body): they go out in the server's own, JSON."""
     response.serialize_type = SerializeType.JSON
     return response
 

@@ -24,6 +24,7 @@ from rmqgate.server.testing import async_test, captured_requests_and_pulls, smal
 from rmqgate.server.topics import TopicConfigManager, default_group_config, topic_config
 from rmqgate.store.api import open_store
 from rmqgate.wire import RemotingCommand, ResponseCode, SerializeType
+from rmqgate.wire.codes import LanguageCode
 from rmqgate.wire.codes import RequestCode as R
 from rmqgate.wire.message import (
     BatchEntry,
@@ -411,15 +412,27 @@ async def test_batch_messages_store_the_properties_the_java_broker_in_the_corpus
 
 @async_test
 async def test_long_polling_wakes_on_arrival_and_times_out(Broker) -> None:
+    """A held pull's answer, woken or timed out, is written by the hold service (Java's
+    executeRequestWhenWakeup), not the callback that gives it the request's serialization: JSON
+    for the ROCKETMQ-header pulls here, as the corpus' Java broker answered them."""
+
+    def binary(cmd: RemotingCommand) -> RemotingCommand:
+        cmd.serialize_type = SerializeType.ROCKETMQ
+        return cmd
+
     async with Broker() as b:
         c = await b.client()
         assert (await c.invoke(send_v2("LP"))).code == 0
+        assert (await c.invoke(binary(pull_cmd("LP", 0)))).serialize_type == SerializeType.ROCKETMQ
         t0 = time.monotonic()
-        timed_out = await c.invoke(pull_cmd("LP", 1, sys_flag=4 | 2, suspend_ms=300))
+        timed_out = await c.invoke(binary(pull_cmd("LP", 1, sys_flag=4 | 2, suspend_ms=300)))
         assert timed_out.code == ResponseCode.PULL_NOT_FOUND and 0.25 <= time.monotonic() - t0 < 2
-        parked = asyncio.ensure_future(c.invoke(pull_cmd("LP", 1, sys_flag=4 | 2, suspend_ms=10_000), 15))
+        assert timed_out.serialize_type == SerializeType.JSON
+        parked = asyncio.ensure_future(
+            c.invoke(binary(pull_cmd("LP", 1, sys_flag=4 | 2, suspend_ms=10_000)), 15)
+        )
         filtered = asyncio.ensure_future(
-            c.invoke(pull_cmd("LP", 1, sys_flag=4 | 2, suspend_ms=3000, sub="TagB"), 15)
+            c.invoke(binary(pull_cmd("LP", 1, sys_flag=4 | 2, suspend_ms=3000, sub="TagB")), 15)
         )
         await wait_for(lambda: b.broker.pull_processor.hold.count == 2)
         assert not parked.done()
@@ -429,6 +442,7 @@ async def test_long_polling_wakes_on_arrival_and_times_out(Broker) -> None:
         resp = await parked
         assert time.monotonic() - t0 < 5.0  # woken by the arrival, long before its 10 s suspend
         assert resp.code == 0 and [bytes(m.body) for m in iter_messages(resp.body)] == [b"second"]
+        assert resp.serialize_type == SerializeType.JSON
         assert not filtered.done()  # TagA does not wake a TagB subscriber
         resp = await filtered
         assert resp.code == ResponseCode.PULL_RETRY_IMMEDIATELY  # at its timeout: nothing matched
@@ -544,8 +558,14 @@ async def test_query_and_view(Broker) -> None:
             R.VIEW_MESSAGE_BY_ID, {"offset": str(offset)}, serialize_type=SerializeType.ROCKETMQ
         )
         assert (await c.invoke(binary)).serialize_type == SerializeType.JSON
+        # an unknown code is answered by the default processor, through the usual callback
         binary.code = 4242
-        assert (await c.invoke(binary)).serialize_type == SerializeType.JSON  # not supported
+        unknown = await c.invoke(binary)
+        assert (unknown.code, unknown.remark) == (
+            ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+            " request type 4242 not supported",
+        )
+        assert unknown.serialize_type == SerializeType.ROCKETMQ
         await c.aclose()
 
 
@@ -1070,7 +1090,9 @@ async def test_consumer_running_info_is_relayed_to_the_client(Broker) -> None:
 
         async def on_request(cmd: RemotingCommand) -> RemotingCommand | None:
             if cmd.code == R.GET_CONSUMER_RUNNING_INFO:
-                return cmd.response(0, None, None, b'{"properties":{"x":"1"}}')
+                answer = cmd.response(0, "from the consumer", {"x": "y"}, b'{"properties":{"x":"1"}}')
+                answer.language, answer.version = LanguageCode.CPP, 333
+                return answer
             if cmd.code == R.CONSUME_MESSAGE_DIRECTLY:
                 directly.append(cmd)
                 return cmd.response(0, None, None, b'{"consumeResult":"CR_SUCCESS"}')
@@ -1082,8 +1104,18 @@ async def test_consumer_running_info_is_relayed_to_the_client(Broker) -> None:
         ask = RemotingCommand.request(
             R.GET_CONSUMER_RUNNING_INFO, {"consumerGroup": "RG", "clientId": "cid-r"}
         )
+        ask.serialize_type = SerializeType.ROCKETMQ
         resp = await admin.invoke(ask, 5)
         assert resp.code == 0 and resp.body == b'{"properties":{"x":"1"}}' and resp.opaque == ask.opaque
+        # the consumer's own answer, as AdminBrokerProcessor returns it; only opaque, flag and
+        # serialization are the request's
+        assert (resp.language, resp.version, resp.remark, resp.ext_fields) == (
+            LanguageCode.CPP,
+            333,
+            "from the consumer",
+            {"x": "y"},
+        )
+        assert resp.is_response and resp.serialize_type == SerializeType.ROCKETMQ
         # consumeMessageDirectly: the consumer gets the stored message and the broker's name
         msg_id = (await admin.invoke(send_v2("RT", b"direct"))).ext_fields["msgId"]
         direct = {"consumerGroup": "RG", "clientId": "cid-r", "msgId": msg_id}
