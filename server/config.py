@@ -16,7 +16,7 @@ import socket
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from rmqgate.store.api import BROKER_ROLES, DEFAULT_DELAY_LEVELS, SLAVE, StoreConfig
+from rmqgate.store.api import BROKER_ROLES, DEFAULT_DELAY_LEVELS, SLAVE, StoreConfig, parse_delay_levels
 from rmqgate.wire.codes import ResponseCode
 
 
@@ -145,7 +145,13 @@ class BrokerConfig(PropertiesConfig):
     indexDispatchProcess: bool = True  # rmqgate: IndexFile built by a dispatcher process
     commitLogWarmAhead: int = 4 * 1024 * 1024  # rmqgate: bytes zeroed ahead of the CommitLog write position
     flushIntervalCommitLog: int = 500
+    flushCommitLogLeastPages: int = 4
+    flushCommitLogThoroughInterval: int = 10_000
     flushIntervalConsumeQueue: int = 1000
+    flushConsumeQueueLeastPages: int = 2
+    flushConsumeQueueThoroughInterval: int = 60_000
+    flushConsumerOffsetInterval: int = 5000
+    cleanResourceInterval: int = 10_000
     syncFlushTimeout: int = 5000
     fileReservedTime: int = 72
     deleteWhen: str = "04"
@@ -153,6 +159,9 @@ class BrokerConfig(PropertiesConfig):
     accessMessageInMemoryMaxRatio: int = 40
     maxTransferCountOnMessageInMemory: int = 32
     maxTransferBytesOnMessageInMemory: int = 256 * 1024
+    maxTransferCountOnMessageInDisk: int = 8
+    maxTransferBytesOnMessageInDisk: int = 64 * 1024
+    maxMsgsNumBatch: int = 64
     defaultQueryMaxNum: int = 32
     rejectTransactionMessage: bool = False
     configBlackList: str = "configBlackList;brokerConfigPath"  # keys UPDATE_BROKER_CONFIG refuses
@@ -170,6 +179,13 @@ class BrokerConfig(PropertiesConfig):
             self.brokerId = 0
         elif self.brokerId <= 0:
             raise ConfigError(f"brokerId={self.brokerId}: a slave's brokerId must be > 0")
+
+    def check_delay_levels(self) -> None:
+        """BrokerStartup stops when ``messageDelayLevel`` does not parse (``ConfigError`` here)."""
+        try:
+            parse_delay_levels(self.messageDelayLevel)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
 
     @property
     def broker_addr(self) -> str:
@@ -193,7 +209,13 @@ class BrokerConfig(PropertiesConfig):
             broker_role=self.brokerRole,
             offset_check_in_slave=self.offsetCheckInSlave,
             flush_interval_commitlog=self.flushIntervalCommitLog,
+            flush_commitlog_least_pages=self.flushCommitLogLeastPages,
+            flush_commitlog_thorough_interval=self.flushCommitLogThoroughInterval,
             flush_interval_consume_queue=self.flushIntervalConsumeQueue,
+            flush_consume_queue_least_pages=self.flushConsumeQueueLeastPages,
+            flush_consume_queue_thorough_interval=self.flushConsumeQueueThoroughInterval,
+            flush_consumer_offset_interval=self.flushConsumerOffsetInterval,
+            clean_resource_interval=self.cleanResourceInterval,
             sync_flush_timeout=self.syncFlushTimeout,
             file_reserved_time=self.fileReservedTime,
             delete_when=self.deleteWhen,
@@ -202,6 +224,9 @@ class BrokerConfig(PropertiesConfig):
             access_message_in_memory_max_ratio=self.accessMessageInMemoryMaxRatio,
             max_transfer_count_on_message_in_memory=self.maxTransferCountOnMessageInMemory,
             max_transfer_bytes_on_message_in_memory=self.maxTransferBytesOnMessageInMemory,
+            max_transfer_count_on_message_in_disk=self.maxTransferCountOnMessageInDisk,
+            max_transfer_bytes_on_message_in_disk=self.maxTransferBytesOnMessageInDisk,
+            max_msgs_num_batch=self.maxMsgsNumBatch,
             default_query_max_num=self.defaultQueryMaxNum,
             message_delay_level=self.messageDelayLevel,
             store_host=self.brokerIP1,

@@ -67,6 +67,7 @@ def build_config(args: argparse.Namespace) -> BrokerConfig:
         config.namesrvAddr = args.namesrv_addr
     config.storePathRootDir = os.path.expanduser(config.storePathRootDir)
     config.check_role()
+    config.check_delay_levels()
     return config
 
 

@@ -18,7 +18,7 @@ import time
 from typing import TYPE_CHECKING
 
 from rmqgate.server.remoting import cancel_and_wait
-from rmqgate.store.api import SCHEDULE_TOPIC, DispatchRequest, PutMessageStatus
+from rmqgate.store.api import SCHEDULE_TOPIC, DispatchRequest, PutMessageStatus, parse_delay_levels
 from rmqgate.wire.message import (
     PROPERTY_REAL_QUEUE_ID,
     PROPERTY_REAL_TOPIC,
@@ -40,18 +40,6 @@ _PUT_DONE = (
     PutMessageStatus.SLAVE_NOT_AVAILABLE,
 )
 _HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
-_UNITS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
-
-
-def parse_delay_levels(spec: str) -> dict[int, int]:
-    """``messageDelayLevel`` ("1s 5s 10s ...", units s/m/h/d) -> {level: delay ms}."""
-    out = {}
-    for i, tok in enumerate(spec.split()):
-        unit = _UNITS.get(tok[-1:])
-        if unit is None or not tok[:-1].isdigit():
-            raise ValueError(f"messageDelayLevel: bad delay {tok!r}")
-        out[i + 1] = int(tok[:-1]) * unit
-    return out
 
 
 def timeup_message(msg: MessageExt) -> MessageExt:

@@ -227,10 +227,8 @@ class SendMessageProcessor(RequestProcessor):
             topic, body, h.flag, queue_id, 0, 0, sys_flag, h.born_timestamp, born_host, born_port,
             0, b"\x00\x00\x00\x00", 0, h.reconsume_times or 0, 0, props,
         )  # fmt: skip
-        try:
-            result = self.store.put_message(msg)
-        except MessageFormatError as exc:
-            return request.response(ResponseCode.MESSAGE_ILLEGAL, str(exc))
+        # a DELAY Integer.parseInt refuses raises MessageFormatError: SYSTEM_ERROR, as Java's exception
+        result = self.store.put_message(msg)
         if answer_queue != result.queue_id:
             result = result._replace(queue_id=answer_queue)
         if result.durable is not None and result.status is _PUT_OK and _wait_store_msg_ok(wait):

@@ -32,6 +32,8 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, Protocol
 
+from rmqgate.wire.header import parse_java_long
+
 if TYPE_CHECKING:
     from rmqgate.wire.message import MessageExt
 
@@ -42,6 +44,29 @@ BROKER_ROLES = ("ASYNC_MASTER", "SYNC_MASTER", "SLAVE")
 SLAVE = "SLAVE"
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+_DELAY_UNITS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def parse_delay_levels(spec: str) -> dict[int, int]:
+    """``messageDelayLevel`` -> {level: delay ms}, read as ``ScheduleMessageService.parseDelayLevel``
+    does: split on single spaces (trailing empty parts dropped), each a Java long and a unit s/m/h/d.
+    Anything else raises ValueError naming the part, where Java stops the broker; so does a text
+    without levels, which Java lets through to file delayed messages under queue -1."""
+    parts = spec.split(" ")
+    while parts and not parts[-1]:
+        parts.pop()
+    if not parts:
+        raise ValueError(f"messageDelayLevel={spec!r}: no delay levels")
+    levels = {}
+    for level, part in enumerate(parts, 1):
+        unit = _DELAY_UNITS.get(part[-1:])
+        try:
+            if unit is None:
+                raise ValueError("has no unit s, m, h or d")
+            levels[level] = parse_java_long(part[:-1]) * unit
+        except ValueError as exc:
+            raise ValueError(f"messageDelayLevel={spec!r}: level {level} {part!r} {exc}") from None
+    return levels
 
 
 @dataclass

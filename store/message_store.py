@@ -39,6 +39,7 @@ from rmqgate.store.api import (
     QueryResult,
     StoreConfig,
     TagsFilter,
+    parse_delay_levels,
 )
 from rmqgate.store.checkpoint import StoreCheckpoint
 from rmqgate.store.config_io import import_config
@@ -49,6 +50,7 @@ from rmqgate.store.layout import CQ_UNIT, CQ_UNIT_SIZE
 from rmqgate.store.mapped_file import PAGE_SIZE, MappedFile, MappedFileQueue
 from rmqgate.store.meta import LmdbMetaStore
 from rmqgate.wire.errors import MessageFormatError
+from rmqgate.wire.header import parse_java_int
 from rmqgate.wire.message import (
     BLANK_MAGIC,
     END_FILE_MIN_BLANK_LENGTH,
@@ -123,12 +125,6 @@ _BOOT_ID = _boot_id()
 
 def _now_ms() -> int:
     return _time_ns() // 1_000_000  # (put_message inlines this; tests set _time_ns)
-
-
-def parse_delay_levels(spec: str) -> dict[int, int]:
-    """``messageDelayLevel`` -> {level: delay ms}."""
-    units = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
-    return {i + 1: int(tok[:-1]) * units[tok[-1]] for i, tok in enumerate(spec.split())}
 
 
 class CommitLog:
@@ -506,7 +502,7 @@ class DefaultMessageStore:
             raise
         self.topic_queue_table: dict[tuple[str, int], int] = {}
         self.delay_levels = parse_delay_levels(config.message_delay_level)
-        self.max_delay_level = max(self.delay_levels) if self.delay_levels else 0
+        self.max_delay_level = max(self.delay_levels)
         try:
             addr = ipaddress.ip_address(config.store_host)
         except ValueError:  # a host name: the address it resolves to goes into records and ids
@@ -881,9 +877,15 @@ class DefaultMessageStore:
         """A DELAY level > 0 turns the message into one for SCHEDULE_TOPIC_XXXX queue level-1, the
         real topic and queue kept in properties."""
         props = msg.properties
-        level = props.get(PROPERTY_DELAY_TIME_LEVEL)
-        if msg.topic != SCHEDULE_TOPIC and level and level.lstrip("-").isdigit() and int(level) > 0:
-            lvl = min(int(level), self.max_delay_level)
+        if msg.topic == SCHEDULE_TOPIC:
+            return
+        text = props[PROPERTY_DELAY_TIME_LEVEL]
+        try:
+            level = parse_java_int(text)  # Message.getDelayTimeLevel
+        except ValueError as exc:  # Java's NumberFormatException: SYSTEM_ERROR, nothing stored
+            raise MessageFormatError(f"property DELAY={text!r} {exc}") from None
+        if level > 0:
+            lvl = min(level, self.max_delay_level)
             props[PROPERTY_DELAY_TIME_LEVEL] = str(lvl)
             props[PROPERTY_REAL_TOPIC] = msg.topic
             props[PROPERTY_REAL_QUEUE_ID] = str(msg.queue_id)

@@ -103,6 +103,10 @@ def java_number_of(hint: Any) -> JavaNumber | None:
     return next((m for m in hint.__metadata__ if isinstance(m, JavaNumber)), None)
 
 
+parse_java_int: Callable[[str], int] = typing.get_args(Integer)[1].parse  # Integer.parseInt
+parse_java_long: Callable[[str], int] = typing.get_args(Long)[1].parse  # Long.parseLong
+
+
 class HeaderField(typing.NamedTuple):
     attr: str
     wire: str

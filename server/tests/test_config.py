@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ from rmqgate.server.config import (
     parse_properties_text,
     update_from_body,
 )
+from rmqgate.store.api import StoreConfig
 from rmqgate.tools.cli import main
 from rmqgate.wire.codes import ResponseCode
 
@@ -55,6 +57,24 @@ def test_broker_conf_keys_and_defaults(tmp_path: Path) -> None:
     assert d.regionId == "DefaultRegion" and d.channelExpiredTimeout == 120_000
 
 
+def test_every_number_key_the_store_reads_reaches_it_from_broker_conf() -> None:
+    """A MessageStoreConfig key declared in BrokerConfig but not passed on would be silently
+    ignored (maxMsgsNumBatch and the flush page counts were): each is set and must arrive."""
+    store_fields = {f.name.replace("_", "").lower(): f.name for f in dataclasses.fields(StoreConfig)}
+    config = BrokerConfig()
+    shared = {}
+    for f in dataclasses.fields(BrokerConfig):
+        name = store_fields.get(f.name.lower())
+        if name is not None and f.type in (int, "int"):
+            setattr(config, f.name, getattr(config, f.name) + 7)
+            shared[f.name] = name
+    store = config.store_config()
+    assert {key: getattr(store, name) for key, name in shared.items()} == {
+        key: getattr(config, key) for key in shared
+    }
+    assert {"maxMsgsNumBatch", "flushCommitLogLeastPages", "maxTransferCountOnMessageInDisk"} <= set(shared)
+
+
 def test_broker_role_rules_as_broker_startup() -> None:
     master = BrokerConfig(brokerRole="SYNC_MASTER", brokerId=3)
     master.check_role()
@@ -81,6 +101,12 @@ def test_a_broker_conf_value_that_does_not_convert_is_named(
     conf.write_text("brokerRole=SLAVE\n")
     assert main(["serve", "--conf", str(conf), "--store", str(store), "--namesrv-port", "0"]) == 2
     assert "a slave's brokerId must be > 0" in capsys.readouterr().err
+    conf.write_text("messageDelayLevel=1s 5x\n")  # BrokerStartup stops when parseDelayLevel fails
+    assert main(["serve", "--conf", str(conf), "--store", str(store), "--namesrv-port", "0"]) == 2
+    assert (
+        capsys.readouterr().err
+        == "rmqgate serve: messageDelayLevel='1s 5x': level 2 '5x' has no unit s, m, h or d\n"
+    )
 
 
 def test_update_from_body_sets_all_or_nothing() -> None:

@@ -6,12 +6,10 @@ import asyncio
 import time
 from pathlib import Path
 
-import pytest
-
 from rmqgate.server.broker import BrokerController
 from rmqgate.server.client import RemotingClient
 from rmqgate.server.config import BrokerConfig, load_broker_conf
-from rmqgate.server.schedule import parse_delay_levels, timeup_message
+from rmqgate.server.schedule import timeup_message
 from rmqgate.server.testing import async_test, captured_requests_and_pulls, small_store, stored, wait_for
 from rmqgate.store.api import SCHEDULE_TOPIC
 from rmqgate.wire import RemotingCommand, ResponseCode
@@ -36,13 +34,6 @@ def delayed(topic: str, level: int | str, body: bytes, queue_id: int = 2) -> Rem
         "k": "false", "m": "false",
     }  # fmt: skip
     return RemotingCommand.request(R.SEND_MESSAGE_V2, ext, body)
-
-
-def test_parse_delay_levels() -> None:
-    assert parse_delay_levels("1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h")[18] == 7_200_000
-    assert parse_delay_levels("1s 2m 3h 1d") == {1: 1000, 2: 120_000, 3: 10_800_000, 4: 86_400_000}
-    with pytest.raises(ValueError):
-        parse_delay_levels("1s 2x")
 
 
 def test_delay_table_from_broker_conf(tmp_path: Path) -> None:
@@ -104,6 +95,29 @@ async def test_delayed_message_arrives_when_due(tmp_path: Path) -> None:
             broker.store.get_messages("DT", 2, 0, 10, tags_filter={java_string_hash("TagD")}).message_count
             == 2
         )
+        await c.aclose()
+    finally:
+        await broker.stop()
+
+
+@async_test
+async def test_the_delay_property_is_read_as_java_reads_an_int(tmp_path: Path) -> None:
+    """``Message.getDelayTimeLevel`` is ``Integer.parseInt``: "+2" is level 2; a value it refuses
+    fails the send with SYSTEM_ERROR and stores nothing; 0 and below are not delayed."""
+    broker = make_broker(tmp_path / "s")
+    await broker.start()
+    try:
+        c = await RemotingClient.connect("127.0.0.1", broker.port)
+        assert (await c.invoke(delayed("DV", "+2", b"plus"))).code == ResponseCode.SUCCESS
+        (parked,) = stored(broker, SCHEDULE_TOPIC, 1)
+        assert bytes(parked.body) == b"plus" and parked.properties["DELAY"] == "2"
+        for bad in ("abc", " 2", "99999999999"):
+            resp = await c.invoke(delayed("DV", bad, b"bad"))
+            assert resp.code == ResponseCode.SYSTEM_ERROR and f"DELAY={bad!r}" in resp.remark, resp
+        for not_delayed in ("0", "-3"):
+            assert (await c.invoke(delayed("DV", not_delayed, b"now"))).code == ResponseCode.SUCCESS
+        assert [m.properties["DELAY"] for m in stored(broker, "DV", 2)] == ["0", "-3"]
+        assert [len(stored(broker, SCHEDULE_TOPIC, q)) for q in range(3)] == [0, 1, 0]
         await c.aclose()
     finally:
         await broker.stop()
