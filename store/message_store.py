@@ -1427,6 +1427,8 @@ class DefaultMessageStore:
         self._listeners = [*self._listeners, (listener, watched)]
 
     def delete_topics(self, topics: Collection[str]) -> int:
+        """Destroy the topics' ConsumeQueues (``cleanUnusedTopic``); the number destroyed. Consumer
+        offsets stay, as in Java: a recreated topic's consumers find theirs, corrected at the pull."""
         n = 0
         with self._put_lock:
             for key in [k for k in self.consume_queues if k[0] in topics]:
@@ -1436,8 +1438,6 @@ class DefaultMessageStore:
                 n += 1
             for t in topics:
                 shutil.rmtree(self.root / "consumequeue" / t, ignore_errors=True)
-        for t in topics:
-            self.meta.remove_offsets(topic=t)
         return n
 
     def flush_logics(self, thorough: bool = True) -> None:

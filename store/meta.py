@@ -180,14 +180,9 @@ class LmdbMetaStore:
         with self._lock:
             return {k: dict(v) for k, v in self._offsets.items()}
 
-    def remove_offsets(self, *, topic: str | None = None, group: str | None = None) -> None:
+    def remove_offsets(self, *, group: str) -> None:
         with self._lock:
-            keys = [
-                k
-                for k in self._offsets
-                if (topic is None or k.partition("@")[0] == topic)
-                and (group is None or k.partition("@")[2] == group)
-            ]
+            keys = [k for k in self._offsets if k.partition("@")[2] == group]
         for k in keys:
             self.delete(CONSUMER_OFFSETS, k)
 
