@@ -13,6 +13,7 @@ import functools
 import os
 import re
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -34,6 +35,9 @@ class PropertiesConfig:
     extra: dict[str, str]
     configBlackList: str  # keys UPDATE_*_CONFIG refuses, ";"-separated
     always_refused: ClassVar[frozenset[str]] = frozenset()  # refused whatever configBlackList says
+    #: keys of Java's config classes that rmqgate keeps (in ``extra``) but does not act on, with
+    #: their 4.9.8 defaults: reported like the others, as tools such as mqadmin exportConfigs read them
+    java_defaults: ClassVar[Callable[[], dict[str, str]]] = dict
 
     def _converted(self, key: str, value: str) -> Any:
         """``value`` as field ``key`` holds it (raises ValueError); unknown keys stay text."""
@@ -67,7 +71,7 @@ class PropertiesConfig:
             self._assign(key, value)
 
     def to_properties(self) -> dict[str, str]:
-        out = {}
+        out = {k: self.extra.get(k, v) for k, v in type(self).java_defaults().items()}
         for name in _fields(type(self)):
             value = getattr(self, name)
             if value is None:
@@ -85,6 +89,79 @@ def _fields(cls: type) -> dict[str, dataclasses.Field[Any]]:
     return {f.name: f for f in dataclasses.fields(cls) if f.name != "extra"}
 
 
+def _netty_server_defaults() -> dict[str, str]:
+    """NettyServerConfig's keys (NettySystemConfig's defaults without -D overrides)."""
+    return {
+        "serverWorkerThreads": "8", "serverCallbackExecutorThreads": "0", "serverSelectorThreads": "3",
+        "serverOnewaySemaphoreValue": "256", "serverAsyncSemaphoreValue": "64",
+        "serverChannelMaxIdleTimeSeconds": "120", "serverSocketSndBufSize": "0",
+        "serverSocketRcvBufSize": "0", "writeBufferHighWaterMark": "0", "writeBufferLowWaterMark": "0",
+        "serverSocketBacklog": "1024", "serverPooledByteBufAllocatorEnable": "true",
+        "useEpollNativeSelector": "false",
+    }  # fmt: skip
+
+
+@functools.cache
+def _broker_java_defaults() -> dict[str, str]:
+    """BrokerConfig's, NettyServerConfig's, NettyClientConfig's and MessageStoreConfig's keys that
+    BrokerConfig does not declare; the thread counts follow this machine's CPUs, as Java's do."""
+    cpus = os.cpu_count() or 1
+    send_threads = min(cpus, 4)
+    return {
+        # BrokerConfig
+        "messageStorePlugIn": "", "sendMessageThreadPoolNums": str(send_threads),
+        "putMessageFutureThreadPoolNums": str(send_threads),
+        "pullMessageThreadPoolNums": str(16 + cpus * 2), "processReplyMessageThreadPoolNums": str(16 + cpus * 2),
+        "queryMessageThreadPoolNums": str(8 + cpus), "adminBrokerThreadPoolNums": "16",
+        "clientManageThreadPoolNums": "32", "consumerManageThreadPoolNums": "32",
+        "heartbeatThreadPoolNums": str(min(32, cpus)),
+        "endTransactionThreadPoolNums": str(max(8 + cpus * 2, send_threads * 4)),
+        "flushConsumerOffsetHistoryInterval": "60000", "fetchNamesrvAddrByAddressServer": "false",
+        "sendThreadPoolQueueCapacity": "10000", "putThreadPoolQueueCapacity": "10000",
+        "pullThreadPoolQueueCapacity": "100000", "replyThreadPoolQueueCapacity": "10000",
+        "queryThreadPoolQueueCapacity": "20000", "clientManagerThreadPoolQueueCapacity": "1000000",
+        "consumerManagerThreadPoolQueueCapacity": "1000000", "heartbeatThreadPoolQueueCapacity": "50000",
+        "endTransactionPoolQueueCapacity": "100000", "filterServerNums": "0", "highSpeedMode": "false",
+        "commercialEnable": "true", "commercialTimerCount": "1", "commercialTransCount": "1",
+        "commercialBigCount": "1", "commercialBaseCount": "1", "transferMsgByHeap": "true",
+        "maxDelayTime": "40", "slaveReadEnable": "false", "disableConsumeIfConsumerReadSlowly": "false",
+        "consumerFallbehindThreshold": str(16 << 30), "brokerFastFailureEnable": "true",
+        "waitTimeMillsInSendQueue": "200", "waitTimeMillsInPullQueue": "5000",
+        "waitTimeMillsInHeartbeatQueue": "31000", "waitTimeMillsInTransactionQueue": "3000",
+        "startAcceptSendRequestTimeStamp": "0", "enableCalcFilterBitMap": "false",
+        "expectConsumerNumUseFilter": "32", "maxErrorRateOfBloomFilter": "20",
+        "filterDataCleanTimeSpan": "86400000", "filterSupportRetry": "false",
+        "enablePropertyFilter": "false", "aclEnable": "false", "storeReplyMessageEnable": "true",
+        "enableDetailStat": "true", "autoDeleteUnusedStats": "false", "isolateLogEnable": "false",
+        # NettyServerConfig
+        **_netty_server_defaults(),
+        # NettyClientConfig
+        "clientWorkerThreads": "4", "clientCallbackExecutorThreads": str(cpus),
+        "clientOnewaySemaphoreValue": "65535", "clientAsyncSemaphoreValue": "65535",
+        "connectTimeoutMillis": "3000", "channelNotActiveInterval": "60000",
+        "clientChannelMaxIdleTimeSeconds": "120", "clientSocketSndBufSize": "0", "clientSocketRcvBufSize": "0",
+        "clientPooledByteBufAllocatorEnable": "false", "clientCloseSocketIfTimeout": "true", "useTLS": "false",
+        # MessageStoreConfig
+        "enableConsumeQueueExt": "false", "mappedFileSizeConsumeQueueExt": str(48 << 20),
+        "bitMapLengthConsumeQueueExt": "64", "commitIntervalCommitLog": "200",
+        "useReentrantLockWhenPutMessage": "true", "flushCommitLogTimed": "true",
+        "deleteCommitLogFilesInterval": "100", "deleteConsumeQueueFilesInterval": "100",
+        "destroyMapedFileIntervalForcibly": "120000", "redeleteHangedFileInterval": "120000",
+        "putMsgIndexHightWater": "600000", "checkCRCOnRecover": "true", "commitCommitLogLeastPages": "4",
+        "flushLeastPagesWhenWarmMapedFile": "4096", "commitCommitLogThoroughInterval": "200",
+        "messageIndexSafe": "false", "haListenPort": "10912", "haSendHeartbeatInterval": "5000",
+        "haHousekeepingInterval": "20000", "haTransferBatchSize": "32768",
+        "haSlaveFallbehindMax": str(256 << 20), "slaveTimeout": "3000", "flushDelayOffsetInterval": "10000",
+        "cleanFileForciblyEnable": "true", "warmMapedFileEnable": "false", "debugLockEnable": "false",
+        "duplicationEnable": "false", "diskFallRecorded": "true", "osPageCacheBusyTimeOutMills": "1000",
+        "transientStorePoolEnable": "false", "transientStorePoolSize": "5",
+        "fastFailIfNoBufferInStorePool": "false", "enableDLegerCommitLog": "false",
+        "enableScheduleMessageStats": "true", "enableLmq": "false", "enableMultiDispatch": "false",
+        "maxLmqConsumeQueueNum": "20000", "enableScheduleAsyncDeliver": "false",
+        "scheduleAsyncDeliverMaxPendingLimit": "2000", "scheduleAsyncDeliverMaxResendNum2Blocked": "3",
+    }  # fmt: skip
+
+
 @dataclass
 class NamesrvConfig(PropertiesConfig):
     kvConfigPath: str | None = None  # rmqgate: None keeps the KV config in memory only
@@ -95,6 +172,7 @@ class NamesrvConfig(PropertiesConfig):
     always_refused: ClassVar[frozenset[str]] = frozenset(
         ("configBlackList", "configStorePath", "kvConfigPath", "rocketmqHome")
     )  # DefaultRequestProcessor.initConfigBlackList
+    java_defaults: ClassVar[Callable[[], dict[str, str]]] = _netty_server_defaults
     listenPort: int = 9876
     extra: dict[str, str] = field(default_factory=dict)
 
@@ -168,6 +246,7 @@ class BrokerConfig(PropertiesConfig):
     always_refused: ClassVar[frozenset[str]] = frozenset(
         ("brokerConfigPath", "rocketmqHome", "configBlackList")
     )  # AdminBrokerProcessor.initConfigBlackList
+    java_defaults: ClassVar[Callable[[], dict[str, str]]] = _broker_java_defaults
     extra: dict[str, str] = field(default_factory=dict)
 
     def check_role(self) -> None:

@@ -130,6 +130,40 @@ def test_update_from_body_sets_all_or_nothing() -> None:
     assert update_from_body(c, None) == {}
 
 
+def test_the_config_text_has_the_keys_java_reports_with_java_defaults(tmp_path: Path) -> None:
+    """GET_BROKER_CONFIG lists the keys of Java's four config classes. mqadmin exportConfigs copies
+    16 of them and fails on a missing one (Properties.setProperty of null); the keys rmqgate does
+    not act on are reported with 4.9.8's defaults, or the value broker.conf gave."""
+    conf = tmp_path / "broker.conf"
+    conf.write_text("slaveReadEnable=true\nhaListenPort=20912\nsomethingElse=x\n")
+    props = parse_properties_text(load_broker_conf(str(conf)).properties_text())
+    export_configs = [
+        "brokerClusterName",
+        "brokerId",
+        "brokerName",
+        "brokerRole",
+        "fileReservedTime",
+        "filterServerNums",
+        "flushDiskType",
+        "maxMessageSize",
+        "messageDelayLevel",
+        "msgTraceTopicName",
+        "slaveReadEnable",
+        "traceOn",
+        "traceTopicEnable",
+        "useTLS",
+        "autoCreateTopicEnable",
+        "autoCreateSubscriptionGroup",
+    ]
+    assert set(export_configs) <= set(props)
+    assert (props["filterServerNums"], props["useTLS"], props["transferMsgByHeap"]) == ("0", "false", "true")
+    assert (props["slaveReadEnable"], props["haListenPort"]) == ("true", "20912")
+    assert "somethingElse" not in props  # not a Java key: dropped, as properties2Object drops it
+    assert len(props) > 170
+    namesrv = parse_properties_text(NamesrvConfig().properties_text())
+    assert (namesrv["serverWorkerThreads"], namesrv["serverChannelMaxIdleTimeSeconds"]) == ("8", "120")
+
+
 def test_namesrv_config_text_and_black_list() -> None:
     c = NamesrvConfig(kvConfigPath="/kv.json", listenPort=9877)
     lines = c.properties_text().splitlines()
