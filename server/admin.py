@@ -3,25 +3,40 @@ groups, offsets and stats, runtime info, connections."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import math
+import shutil
 import time
+from decimal import ROUND_HALF_UP, Decimal
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from rmqgate.server.config import ConfigUpdateRefused, update_from_body
 from rmqgate.server.jsonbody import dumpb
 from rmqgate.server.remoting import Channel, RequestProcessor
 from rmqgate.server.topics import (
-    AUTO_CREATE_TOPIC_KEY_TOPIC,
-    BENCHMARK_TOPIC,
-    OFFSET_MOVED_EVENT,
-    SELF_TEST_TOPIC,
+    RMQ_SYS_TRANS_HALF_TOPIC,
+    RMQ_SYS_TRANS_OP_HALF_TOPIC,
+    SYSTEM_TOPICS,
     is_system_topic,
     topic_config,
     validate_topic,
 )
 from rmqgate.store.api import SCHEDULE_TOPIC
-from rmqgate.wire.bodies import SubscriptionGroupConfig
-from rmqgate.wire.codes import LanguageCode, MQVersion, RequestCode, ResponseCode
+from rmqgate.wire.bodies import (
+    ConsumeQueueData,
+    ConsumeStats,
+    ConsumeStatsList,
+    GetConsumerStatusBody,
+    MessageQueue,
+    OffsetWrapper,
+    ProducerInfo,
+    ProducerTableInfo,
+    QueryConsumeQueueResponseBody,
+    SubscriptionData,
+    SubscriptionGroupConfig,
+)
+from rmqgate.wire.codes import LanguageCode, MQVersion, RequestCode, ResponseCode, version_desc
 from rmqgate.wire.command import RESPONSE_FLAG, RemotingCommand
 from rmqgate.wire.errors import BodyError, MessageFormatError
 from rmqgate.wire.fastjson import ObjectKey
@@ -32,9 +47,12 @@ from rmqgate.wire.headers import (
     DeleteTopicRequestHeader,
     GetConsumerConnectionListRequestHeader,
     GetConsumerRunningInfoRequestHeader,
+    GetConsumerStatusRequestHeader,
+    GetConsumeStatsInBrokerHeader,
     GetConsumeStatsRequestHeader,
     GetProducerConnectionListRequestHeader,
     GetTopicStatsInfoRequestHeader,
+    QueryConsumeQueueRequestHeader,
     ResetOffsetRequestHeader,
     ViewBrokerStatsDataRequestHeader,
 )
@@ -47,6 +65,23 @@ if TYPE_CHECKING:
 R = RequestCode
 log = logging.getLogger("rmqgate.server.admin")
 _LANG = {int(lang): lang.name for lang in LanguageCode}
+LMQ_PREFIX = "%LMQ%"
+# StoreStatsService's put-latency buckets, as putMessageDistributeTime lists them
+_PUT_TIME_BUCKETS = (
+    "[<=0ms]", "[0~10ms]", "[10~50ms]", "[50~100ms]", "[100~200ms]", "[200~500ms]", "[500ms~1s]",
+    "[1~2s]", "[2~3s]", "[3~4s]", "[4~5s]", "[5~10s]", "[10s~]",
+)  # fmt: skip
+# runtime-info key -> the config key of a thread-pool queue capacity (rmqgate has no such pools; the
+# value reported is the configured one, or Java's default)
+_QUEUE_CAPACITIES = {
+    "sendThreadPoolQueueCapacity": "sendThreadPoolQueueCapacity",
+    "pullThreadPoolQueueCapacity": "pullThreadPoolQueueCapacity",
+    "queryThreadPoolQueueCapacity": "queryThreadPoolQueueCapacity",
+    "EndTransactionThreadPoolQueueCapacity": "endTransactionPoolQueueCapacity",
+}
+# cleanUnusedTopic keeps these queues (rmqgate also parks half messages without a topic config,
+# where Java's transaction check creates one within a minute)
+_KEPT_UNUSED_TOPICS = frozenset({SCHEDULE_TOPIC, RMQ_SYS_TRANS_OP_HALF_TOPIC, RMQ_SYS_TRANS_HALF_TOPIC})
 
 
 def _connection(info: ClientChannelInfo) -> dict[str, Any]:
@@ -61,6 +96,15 @@ def _connection(info: ClientChannelInfo) -> dict[str, Any]:
 
 def _mq(topic: str, broker_name: str, queue_id: int) -> ObjectKey:
     return ObjectKey.of({"brokerName": broker_name, "queueId": queue_id, "topic": topic})
+
+
+def human_readable_byte_count(n: int) -> str:
+    """``MixAll.humanReadableByteCount(n, false)``: binary units, one decimal rounded half up."""
+    if n < 1024:
+        return f"{n} B"
+    exp = int(math.log(n) / math.log(1024))
+    value = Decimal(repr(n / 1024**exp)).quantize(Decimal("0.1"), ROUND_HALF_UP)
+    return f"{value} {'KMGTPE'[exp - 1]}iB"
 
 
 class AdminBrokerProcessor(RequestProcessor):
@@ -86,6 +130,13 @@ class AdminBrokerProcessor(RequestProcessor):
         R.INVOKE_BROKER_TO_RESET_OFFSET,
         R.UPDATE_BROKER_CONFIG,
         R.VIEW_BROKER_STATS_DATA,
+        R.GET_BROKER_CONSUME_STATS,
+        R.INVOKE_BROKER_TO_GET_CONSUMER_STATUS,
+        R.GET_ALL_PRODUCER_INFO,
+        R.QUERY_CONSUME_QUEUE,
+        R.CLEAN_EXPIRED_CONSUMEQUEUE,
+        R.CLEAN_UNUSED_TOPIC,
+        R.DELETE_EXPIRED_COMMITLOG,
     )
 
     def __init__(self, broker: BrokerController) -> None:
@@ -114,6 +165,13 @@ class AdminBrokerProcessor(RequestProcessor):
             R.INVOKE_BROKER_TO_RESET_OFFSET: self.reset_offset,
             R.UPDATE_BROKER_CONFIG: self.update_broker_config,
             R.VIEW_BROKER_STATS_DATA: self.view_broker_stats_data,
+            R.GET_BROKER_CONSUME_STATS: self.fetch_all_consume_stats_in_broker,
+            R.INVOKE_BROKER_TO_GET_CONSUMER_STATUS: self.get_consumer_status,
+            R.GET_ALL_PRODUCER_INFO: self.get_all_producer_info,
+            R.QUERY_CONSUME_QUEUE: self.query_consume_queue,
+            R.CLEAN_EXPIRED_CONSUMEQUEUE: self.clean_expired_consume_queue,
+            R.CLEAN_UNUSED_TOPIC: self.clean_unused_topic,
+            R.DELETE_EXPIRED_COMMITLOG: self.delete_expired_commit_log,
         }
 
     def process(self, channel: Channel, request: RemotingCommand) -> Any:
@@ -156,16 +214,8 @@ class AdminBrokerProcessor(RequestProcessor):
         return req.response(ResponseCode.SUCCESS, body=dumpb(self.broker.topics.wrapper()))
 
     def get_system_topic_list(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
-        c = self.broker.config
-        topics = [
-            SELF_TEST_TOPIC,
-            AUTO_CREATE_TOPIC_KEY_TOPIC,
-            BENCHMARK_TOPIC,
-            OFFSET_MOVED_EVENT,
-            SCHEDULE_TOPIC,
-        ]
-        topics += [c.brokerClusterName, c.brokerName]
-        return req.response(ResponseCode.SUCCESS, body=dumpb({"topicList": topics}))
+        """``TopicValidator.getSystemTopicSet``: the static names and those TopicConfigManager added."""
+        return req.response(ResponseCode.SUCCESS, body=dumpb({"topicList": sorted(SYSTEM_TOPICS)}))
 
     def get_topic_stats_info(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
         h = GetTopicStatsInfoRequestHeader.from_ext(req.ext_fields or {})
@@ -186,38 +236,94 @@ class AdminBrokerProcessor(RequestProcessor):
         return req.response(ResponseCode.SUCCESS, body=dumpb({"offsetTable": table}))
 
     def get_consume_stats(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
+        """mqadmin consumerProgress: one ConsumeStats over the group's topics, readQueueNums each."""
         h = GetConsumeStatsRequestHeader.from_ext(req.ext_fields or {})
-        broker = self.broker
-        if h.topic:
-            topics = [h.topic]
-        else:
-            suffix = "@" + h.consumer_group
-            topics = sorted({k[: -len(suffix)] for k in self.store.meta.offset_table() if k.endswith(suffix)})
-        cgi = broker.consumers.find(h.consumer_group)
-        table: dict[Any, Any] = {}
-        consume_tps = 0.0
-        for topic in topics:
-            tc = broker.topics.get(topic)
-            if tc is None:
-                continue
-            if cgi is not None and cgi.subscriptions and topic not in cgi.subscriptions:
-                continue
-            for qid in range(tc["readQueueNums"]):
-                broker_off = max(0, self.store.get_max_offset_in_queue(topic, qid))
-                consumer_off = max(0, self.store.meta.query_offset(h.consumer_group, topic, qid))
-                last = (
-                    self.store.get_message_store_timestamp(topic, qid, consumer_off - 1)
-                    if consumer_off > 0
-                    else 0
-                )
-                table[_mq(topic, broker.config.brokerName, qid)] = {
-                    "brokerOffset": broker_off,
-                    "consumerOffset": consumer_off,
-                    "lastTimestamp": last,
-                }
-            consume_tps += broker.stats.group_get_tps(topic, h.consumer_group)
-        body = dumpb({"consumeTps": consume_tps, "offsetTable": table})
-        return req.response(ResponseCode.SUCCESS, body=body)
+        group = h.consumer_group
+        stats = ConsumeStats()
+        for topic in [h.topic] if h.topic else self._topics_of_group(group):
+            tc = self._consumed_topic_config(group, topic)
+            if tc is not None:
+                self._fill_offsets(stats, group, topic, tc["readQueueNums"])
+        return req.response(ResponseCode.SUCCESS, body=stats.to_json())
+
+    def fetch_all_consume_stats_in_broker(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
+        """mqadmin brokerConsumeStats (``fetchAllConsumeStatsInBroker``): for every subscription group a
+        ConsumeStats per topic it has offsets in, over writeQueueNums (unlike GET_CONSUME_STATS);
+        ``isOrder`` keeps only order topics. totalDiff sums brokerOffset - consumerOffset."""
+        h = GetConsumeStatsInBrokerHeader.from_ext(req.ext_fields or {})
+        groups: list[dict[str, list[ConsumeStats]]] = []
+        total_diff = 0
+        for group in list(self.broker.subscription_groups.table):
+            per_topic = []
+            for topic in self._topics_of_group(group):
+                tc = self.broker.topics.get(topic)
+                if tc is None or (h.is_order and not tc.get("order")):
+                    continue
+                if self._consumed_topic_config(group, topic) is None:
+                    continue
+                stats = self._fill_offsets(ConsumeStats(), group, topic, tc["writeQueueNums"])
+                total_diff += sum(w.broker_offset - w.consumer_offset for w in stats.offset_table.values())
+                per_topic.append(stats)
+            groups.append({group: per_topic})
+        body = ConsumeStatsList(groups, self.broker.config.broker_addr, total_diff)
+        return req.response(ResponseCode.SUCCESS, body=body.to_json())
+
+    def _topics_of_group(self, group: str) -> list[str]:
+        """``whichTopicByConsumer``: the topics of the group's committed offsets."""
+        suffix = "@" + group
+        return sorted({k[: -len(suffix)] for k in self.store.meta.offset_table() if k.endswith(suffix)})
+
+    def _consumed_topic_config(self, group: str, topic: str) -> dict[str, Any] | None:
+        """The topic's config, unless it has none or the group is online without subscribing to it."""
+        tc = self.broker.topics.get(topic)
+        if tc is None:
+            return None
+        cgi = self.broker.consumers.find(group)
+        if cgi is not None and cgi.subscriptions and topic not in cgi.subscriptions:
+            return None
+        return tc
+
+    def _fill_offsets(self, stats: ConsumeStats, group: str, topic: str, queue_nums: int) -> ConsumeStats:
+        """Add a topic's queues to ``stats``: the broker's and the group's offsets, and the store time
+        of the last consumed message (left 0 when the store has none, as Java sets it only if > 0)."""
+        store, name = self.store, self.broker.config.brokerName
+        for qid in range(queue_nums):
+            broker_off = max(0, store.get_max_offset_in_queue(topic, qid))
+            consumer_off = max(0, store.meta.query_offset(group, topic, qid))
+            last = store.get_message_store_timestamp(topic, qid, consumer_off - 1) if consumer_off > 0 else 0
+            stats.offset_table[MessageQueue(topic, name, qid)] = OffsetWrapper(
+                broker_off, consumer_off, max(last, 0)
+            )
+        stats.consume_tps += self.broker.stats.group_get_tps(topic, group)
+        return stats
+
+    def query_consume_queue(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
+        """mqadmin queryCq: ``count`` ConsumeQueue units of a queue from ``index``, and with a group the
+        subscription it is online with. An index outside the queue is answered SUCCESS without a body."""
+        h = QueryConsumeQueueRequestHeader.from_ext(req.ext_fields or {})
+        store = self.store
+        if h.queue_id not in store.queue_ids(h.topic):
+            return req.response(ResponseCode.SYSTEM_ERROR, f"{h.queue_id}@{h.topic} is not exist!")
+        body = QueryConsumeQueueResponseBody(
+            max_queue_index=store.get_max_offset_in_queue(h.topic, h.queue_id),
+            min_queue_index=store.get_min_offset_in_queue(h.topic, h.queue_id),
+        )
+        if h.consumer_group is not None:
+            cgi = self.broker.consumers.find(h.consumer_group)
+            sub = cgi.subscriptions.get(h.topic) if cgi is not None else None
+            if sub is None:
+                body.filter_data = f"{h.consumer_group}@{h.topic} is not online!"
+            else:
+                body.subscription_data = SubscriptionData.from_obj(sub.to_json())
+                body.filter_data = "null"  # no ConsumerFilterData: rmqgate keeps none (SQL92 is Java's)
+        # one unit more than asked for tells an index past the queue's end from count <= 0
+        units = store.get_consume_queue_units(h.topic, h.queue_id, h.index, max(h.count, 1))
+        if not units:
+            return req.response(
+                ResponseCode.SUCCESS, f"Index {h.index} of {h.queue_id}@{h.topic} is not exist!"
+            )
+        body.queue_data = [ConsumeQueueData(*unit) for unit in units[: max(h.count, 0)]]
+        return req.response(ResponseCode.SUCCESS, body=body.to_json())
 
     # -- subscription groups and offsets --
     def update_and_create_subscription_group(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
@@ -290,7 +396,8 @@ class AdminBrokerProcessor(RequestProcessor):
         old = next((info for info in clients if info.version < MQVersion.V3_0_7_SNAPSHOT), None)
         if old is not None:
             return req.response(
-                ResponseCode.SYSTEM_ERROR, f"the client does not support this feature. version={old.version}"
+                ResponseCode.SYSTEM_ERROR,
+                f"the client does not support this feature. version={version_desc(old.version)}",
             )
         broker_name = self.broker.config.brokerName
         table = {_mq(h.topic, broker_name, qid): off for qid, off in offsets}
@@ -348,6 +455,103 @@ class AdminBrokerProcessor(RequestProcessor):
         body = {"connectionSet": [_connection(info) for info in channels.values()]}
         return req.response(ResponseCode.SUCCESS, body=dumpb(body))
 
+    def get_all_producer_info(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
+        """mqadmin producer (``ProducerManager.getProducerTable``): every connected producer by group;
+        a group whose connections all closed is left out."""
+        now_ms, now = time.time() * 1000, time.monotonic()
+        table = {
+            group: [
+                ProducerInfo(
+                    info.client_id,
+                    "/" + info.channel.remote_addr,  # (InetSocketAddress.toString)
+                    _LANG.get(info.language, "OTHER"),
+                    info.version,
+                    int(now_ms - (now - info.last_update) * 1000),
+                )
+                for info in channels.values()
+            ]
+            for group, channels in self.broker.producers.groups.items()
+            if channels
+        }
+        return req.response(ResponseCode.SUCCESS, body=ProducerTableInfo(table).to_json())
+
+    def get_consumer_status(self, channel: Channel, req: RemotingCommand) -> Any:
+        """mqadmin getConsumerStatus (``Broker2Client.getConsumeStatus``): each consumer of the group (or
+        only the one whose client id is ``clientAddr``) is asked for its offsets of the topic with
+        GET_CONSUMER_STATUS_FROM_CLIENT, one after the other, 5 s each; a consumer that fails or times
+        out is left out. A client older than V3_0_7_SNAPSHOT fails the request."""
+        h = GetConsumerStatusRequestHeader.from_ext(req.ext_fields or {})
+        cgi = self.broker.consumers.find(h.group)
+        if cgi is None or not cgi.channels:  # (an unknown group is an NPE in 4.9.8: SYSTEM_ERROR too)
+            return req.response(
+                ResponseCode.SYSTEM_ERROR, f"No Any Consumer online in the consumer group: [{h.group}]"
+            )
+        return self._consumer_status(req, h, list(cgi.channels.values()))
+
+    async def _consumer_status(
+        self, req: RemotingCommand, h: GetConsumerStatusRequestHeader, clients: list[ClientChannelInfo]
+    ) -> RemotingCommand:
+        ask = GetConsumerStatusRequestHeader(topic=h.topic, group=h.group).to_ext()
+        only = h.client_addr if h.client_addr and h.client_addr.strip() else None
+        table: dict[str, dict[MessageQueue, int]] = {}
+        for info in clients:
+            if info.version < MQVersion.V3_0_7_SNAPSHOT:
+                return req.response(
+                    ResponseCode.SYSTEM_ERROR,
+                    f"the client does not support this feature. version={version_desc(info.version)}",
+                )
+            if only is not None and only != info.client_id:
+                continue
+            try:
+                answer = await info.channel.request(
+                    RemotingCommand.request(R.GET_CONSUMER_STATUS_FROM_CLIENT, dict(ask)), 5.0
+                )
+                if answer.code == ResponseCode.SUCCESS and answer.body is not None:
+                    table[info.client_id] = GetConsumerStatusBody.from_json(answer.body).message_queue_table
+            except (TimeoutError, ConnectionError, BodyError) as exc:
+                log.error(
+                    "[get-consumer-status] topic=%s group=%s client=%s: %s",
+                    h.topic,
+                    h.group,
+                    info.client_id,
+                    exc,
+                )
+            if only is not None:
+                break
+        return req.response(ResponseCode.SUCCESS, body=GetConsumerStatusBody(consumer_table=table).to_json())
+
+    # -- store maintenance --
+    def clean_expired_consume_queue(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
+        """mqadmin cleanExpiredCQ (``cleanExpiredConsumerQueue``): the ConsumeQueues whose messages
+        the CommitLog no longer holds are destroyed."""
+        n = self.store.clean_expired_consume_queues()
+        log.warning("cleanExpiredConsumeQueue by %s: %d queues destroyed", channel.remote_addr, n)
+        return req.response(ResponseCode.SUCCESS)
+
+    def clean_unused_topic(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
+        """mqadmin cleanUnusedTopic (``cleanUnusedTopic``): the ConsumeQueues of topics without a topic
+        config are destroyed, except SCHEDULE_TOPIC_XXXX's, the transaction topics' and LMQ ones."""
+        unused = sorted(
+            t
+            for t in self.store.topics()
+            if t not in _KEPT_UNUSED_TOPICS
+            and not t.startswith(LMQ_PREFIX)
+            and self.broker.topics.get(t) is None
+        )
+        if unused:
+            log.warning("cleanUnusedTopic by %s: %s", channel.remote_addr, unused)
+            self.store.delete_topics(unused)
+        return req.response(ResponseCode.SUCCESS)
+
+    async def delete_expired_commit_log(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
+        """mqadmin deleteExpiredCommitLog (``executeDeleteFilesManually``): CommitLog files older than
+        fileReservedTime go now, whatever deleteWhen says."""
+        log.warning("deleteExpiredCommitLog by %s", channel.remote_addr)
+        await asyncio.get_running_loop().run_in_executor(
+            None, lambda: self.store.clean_expired_files(force=True)
+        )
+        return req.response(ResponseCode.SUCCESS)
+
     def call_consumer(self, channel: Channel, req: RemotingCommand) -> Any:
         """GET_CONSUMER_RUNNING_INFO / CONSUME_MESSAGE_DIRECTLY: forwarded to the consumer's connection
         (a server-initiated request with its own opaque), its answer relayed (``callConsumer``)."""
@@ -401,10 +605,14 @@ class AdminBrokerProcessor(RequestProcessor):
 
     # -- broker --
     def get_broker_runtime_info(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
+        """``prepareRuntimeInfo``: what rmqgate measures, and Java's idle values for the thread pools,
+        latencies and buffers it has none of."""
         store = self.store
+        config = self.broker.config
+        props = config.to_properties()  # (the thread-pool keys: Java's defaults unless configured)
         table = {
-            "brokerVersionDesc": "V4_9_8",
-            "brokerVersion": "409",
+            "brokerVersionDesc": version_desc(MQVersion.V4_9_8),
+            "brokerVersion": str(int(MQVersion.V4_9_8)),
             "bootTimestamp": str(self.boot_timestamp),
             "runtime": f"[ {int(time.time() - self.boot_timestamp / 1000)} s ]",
             "commitLogMinOffset": str(store.get_min_phy_offset()),
@@ -417,17 +625,47 @@ class AdminBrokerProcessor(RequestProcessor):
             "remainHowManyDataToFlush": "0 B",
             "pullThreadPoolQueueSize": "0",
             "sendThreadPoolQueueSize": "0",
-            "brokerClusterName": self.broker.config.brokerClusterName,
-            "brokerName": self.broker.config.brokerName,
+            "queryThreadPoolQueueSize": "0",
+            "EndTransactionQueueSize": "0",
+            "sendThreadPoolQueueHeadWaitTimeMills": "0",
+            "pullThreadPoolQueueHeadWaitTimeMills": "0",
+            "queryThreadPoolQueueHeadWaitTimeMills": "0",
+            "startAcceptSendRequestTimeStamp": props["startAcceptSendRequestTimeStamp"],
+            "remainTransientStoreBufferNumbs": "2147483647",  # no transient store pool (Integer.MAX_VALUE)
+            "putMessageFailedTimes": "0",
+            "putMessageDistributeTime": "".join(f"{b}:0 " for b in _PUT_TIME_BUCKETS),
+            "dispatchMaxBuffer": "0",
+            "getMessageEntireTimeMax": "0",
+            "putLatency99": "0.00",
+            "putLatency999": "0.00",
+            "brokerClusterName": config.brokerClusterName,
+            "brokerName": config.brokerName,
         }
+        for key, name in _QUEUE_CAPACITIES.items():
+            table[key] = props[name]
         table.update({k: str(v) for k, v in store.runtime_info().items()})
+        commit_log_dir = config.storePathCommitLog or f"{config.storePathRootDir}/commitlog"
+        table[f"commitLogDiskRatio_{commit_log_dir}"] = table["commitLogDiskRatio"]
+        for level, offset in store.meta.delay_offsets().items():  # ScheduleMessageService.buildRunningStats
+            max_offset = store.get_max_offset_in_queue(SCHEDULE_TOPIC, level - 1)
+            table[f"scheduleMessageOffset_{level}"] = f"{offset},{max_offset}"
+        try:
+            usage = shutil.disk_usage(config.storePathRootDir)
+        except OSError:  # (Java leaves the key out when the directory does not exist)
+            pass
+        else:
+            table["commitLogDirCapacity"] = (
+                f"Total : {human_readable_byte_count(usage.total)}, "
+                f"Free : {human_readable_byte_count(usage.free)}."
+            )
         table.update(self.broker.stats.runtime_info())
         return req.response(ResponseCode.SUCCESS, body=dumpb({"table": table}))
 
     def update_broker_config(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
         """mqadmin updateBrokerConfig (``update_from_body``). Keys the store reads as it goes reach it
         too; others take effect where the broker reads them per request, or at the next start. A
-        new brokerPermission is registered at once. As in Java, broker.conf is not rewritten."""
+        new brokerPermission is registered at once. As in Java, the update is written back to the
+        broker.conf the broker started with, so it outlives a restart."""
         config = self.broker.config
         try:
             props = update_from_body(config, req.body)
@@ -441,6 +679,7 @@ class AdminBrokerProcessor(RequestProcessor):
         if "brokerPermission" in props:
             self.broker.topics.next_version()
             self.broker.request_register()
+        self.broker.persist_config(props)
         return req.response(ResponseCode.SUCCESS)
 
     def view_broker_stats_data(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:

@@ -11,13 +11,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import zlib
 from collections.abc import Iterable
 
 from rmqgate.server import locks, schedule, sendback, transaction
 from rmqgate.server.admin import AdminBrokerProcessor
 from rmqgate.server.client import RemotingClient
-from rmqgate.server.config import BrokerConfig
+from rmqgate.server.config import BrokerConfig, parse_properties_text
 from rmqgate.server.consumer import (
     ClientManageProcessor,
     ConsumerManageProcessor,
@@ -51,8 +52,10 @@ class BrokerController:
         idle_timeout: float | None = None,
         extra_processors: Iterable[RequestProcessor] = (),
         scan_interval: float = 10.0,
+        config_path: str | None = None,
     ) -> None:
         self.config = config
+        self.config_path = config_path  # broker.conf: UPDATE_BROKER_CONFIG writes the config back
         self.store = store if store is not None else open_store(config.store_config())
         # a slave's store takes no puts: no delayed delivery, no transaction check-backs (as Java's)
         self.slave = self.store.config.slave
@@ -94,6 +97,23 @@ class BrokerController:
         self.registered: dict[str, int] = {}  # namesrv addr -> number of successful registrations
 
     # -- lifecycle --
+    def persist_config(self, updated: dict[str, str]) -> None:
+        """Keys UPDATE_BROKER_CONFIG set, written into the broker.conf the broker started with (none
+        given: nothing is written), so they outlive a restart as Java's ``Configuration.persist``
+        makes them. Java writes every key; here the file keeps its other keys as they were, so a
+        value rmqgate derived at start (the embedded name server's address) is not pinned."""
+        if self.config_path is None:
+            return
+        tmp = f"{self.config_path}.tmp"
+        try:
+            with open(self.config_path, encoding="utf-8") as f:
+                props = parse_properties_text(f.read()) | updated
+            with open(tmp, "w", encoding="utf-8") as f:
+                f.write("".join(f"{k}={v}\n" for k, v in props.items()))
+            os.replace(tmp, self.config_path)
+        except OSError as exc:  # (Java logs it; the update stays applied)
+            log.error("could not write the broker config back to %s: %s", self.config_path, exc)
+
     async def start(self) -> None:
         await self.server.start()
         if self.config.listenPort == 0:  # ephemeral port (tests): advertise the real one

@@ -111,7 +111,9 @@ async def serve(args: argparse.Namespace, stop: asyncio.Event | None = None) -> 
         if args.role in ("all", "broker"):
             from rmqgate.server.broker import BrokerController
 
-            broker = BrokerController(config, listen_host=args.listen, idle_timeout=args.idle_timeout)
+            broker = BrokerController(
+                config, listen_host=args.listen, idle_timeout=args.idle_timeout, config_path=args.conf
+            )
             await broker.start()
             parts.append(f"broker {config.broker_addr}")
             log.info(

@@ -57,6 +57,7 @@ SYSTEM_TOPICS = {
     SELF_TEST_TOPIC,
     OFFSET_MOVED_EVENT,
 }
+#: SubscriptionGroupManager's groups at start (CID_RMQ_SYS_* ones are made on first use).
 SYSTEM_GROUPS = (
     "TOOLS_CONSUMER",
     "FILTERSRV_CONSUMER",
@@ -65,7 +66,6 @@ SYSTEM_GROUPS = (
     "CID_ONSAPI_PULL",
     "CID_ONSAPI_PERMISSION",
     "CID_ONSAPI_OWNER",
-    "CID_RMQ_SYS_TRACE",
 )
 SYS_CONSUMER_GROUP_PREFIX = "CID_RMQ_SYS_"  # MixAll.isSysConsumerGroup
 

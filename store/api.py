@@ -308,6 +308,7 @@ class MessageStore(Protocol):
         self, listener: ArrivalListener, watched: Container[tuple[str, int]] | None = None
     ) -> None: ...  # with ``watched``: only for puts to the (topic, queueId) keys it holds right now
     def delete_topics(self, topics: Collection[str]) -> int: ...  # drops ConsumeQueues; offsets stay
+    def clean_expired_consume_queues(self) -> int: ...  # queues wholly below the CommitLog
     def put_totals(self) -> tuple[int, int]: ...  # (messages, bytes) appended since open
     def topic_put_totals(self) -> dict[str, int]: ...  # messages appended per topic since open
     def runtime_info(self) -> dict[str, str]: ...

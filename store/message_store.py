@@ -13,6 +13,7 @@ and dispatched once its group commit has written them to the segment (see ``_Flu
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import fcntl
 import ipaddress
 import logging
@@ -1429,16 +1430,36 @@ class DefaultMessageStore:
     def delete_topics(self, topics: Collection[str]) -> int:
         """Destroy the topics' ConsumeQueues (``cleanUnusedTopic``); the number destroyed. Consumer
         offsets stay, as in Java: a recreated topic's consumers find theirs, corrected at the pull."""
-        n = 0
         with self._put_lock:
-            for key in [k for k in self.consume_queues if k[0] in topics]:
-                self.consume_queues.pop(key).destroy()
-                self._put_times_base -= self.topic_queue_table.pop(key, 0)
-                self._queue_base.pop(key, None)
-                n += 1
+            n = self._destroy_queues([k for k in self.consume_queues if k[0] in topics])
             for t in topics:
                 shutil.rmtree(self.root / "consumequeue" / t, ignore_errors=True)
         return n
+
+    def clean_expired_consume_queues(self) -> int:
+        """``cleanExpiredConsumerQueue``: destroy each ConsumeQueue (not SCHEDULE_TOPIC_XXXX's) whose
+        last unit points below the CommitLog's min offset; the number destroyed. As in Java, such a
+        queue's next message starts again at offset 0, and consumer offsets stay."""
+        with self._put_lock:
+            min_phy = self.commitlog.get_min_offset()
+            expired = [
+                key
+                for key, cq in self.consume_queues.items()
+                if key[0] != SCHEDULE_TOPIC and 0 <= cq.max_physic_offset < min_phy
+            ]
+            n = self._destroy_queues(expired)
+            for topic, queue_id in expired:
+                shutil.rmtree(self.root / "consumequeue" / topic / str(queue_id), ignore_errors=True)
+                with contextlib.suppress(OSError):  # the topic's last queue: its directory goes too
+                    (self.root / "consumequeue" / topic).rmdir()
+        return n
+
+    def _destroy_queues(self, keys: list[tuple[str, int]]) -> int:
+        for key in keys:  # (under the put lock)
+            self.consume_queues.pop(key).destroy()
+            self._put_times_base -= self.topic_queue_table.pop(key, 0)
+            self._queue_base.pop(key, None)
+        return len(keys)
 
     def flush_logics(self, thorough: bool = True) -> None:
         """Flush ConsumeQueues (those with ``flush_consume_queue_least_pages`` dirty, or all when

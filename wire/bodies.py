@@ -604,6 +604,60 @@ class ConsumeStats(JsonBody):
     consume_tps: float = 0.0
 
 
+@json_body
+class ConsumeStatsList(JsonBody):
+    """GET_BROKER_CONSUME_STATS body: per subscription group, a ConsumeStats per topic it consumes."""
+
+    consume_stats_list: list[dict[str, list[ConsumeStats]]] = jfield(default_factory=list)
+    broker_addr: str | None = None
+    total_diff: Long = 0
+
+
+@json_body
+class GetConsumerStatusBody(JsonBody):
+    """A consumer's GET_CONSUMER_STATUS_FROM_CLIENT answer (``messageQueueTable``) and the broker's
+    INVOKE_BROKER_TO_GET_CONSUMER_STATUS answer (``consumerTable``: client id -> its table)."""
+
+    message_queue_table: dict[MessageQueue, Long] = jfield(default_factory=dict)
+    consumer_table: dict[str, dict[MessageQueue, Long]] = jfield(default_factory=dict)
+
+
+@json_body
+class ConsumeQueueData(JsonBody):
+    physic_offset: Long = 0
+    physic_size: Integer = 0
+    tags_code: Long = 0
+    extend_data_json: str | None = None
+    bit_map: str | None = None
+    eval: bool = False
+    msg: str | None = None
+
+
+@json_body
+class QueryConsumeQueueResponseBody(JsonBody):
+    subscription_data: SubscriptionData | None = None
+    filter_data: str | None = None
+    queue_data: list[ConsumeQueueData] | None = None
+    max_queue_index: Long = 0
+    min_queue_index: Long = 0
+
+
+@json_body
+class ProducerInfo(JsonBody):
+    client_id: str | None = None
+    remote_ip: str | None = jfield("remoteIP")
+    language: str | None = jfield(enum=LANGUAGE_CODE)
+    version: Integer = 0
+    last_update_timestamp: Long = 0
+
+
+@json_body
+class ProducerTableInfo(JsonBody):
+    """GET_ALL_PRODUCER_INFO body: producer group -> its connections."""
+
+    data: dict[str, list[ProducerInfo]] = jfield(default_factory=dict)
+
+
 # --- REGISTER_BROKER body (§3.8) -----------------------------------------------------------------
 _JavaString = PascalString(Int32sb, "utf8")
 
@@ -710,12 +764,15 @@ __all__ = [
     "ClusterInfo",
     "CompressedRegisterBrokerBody",
     "Connection",
+    "ConsumeQueueData",
     "ConsumeStats",
+    "ConsumeStatsList",
     "ConsumerConnection",
     "ConsumerData",
     "ConsumerOffsetSerializeWrapper",
     "DataVersion",
     "GetConsumerListByGroupResponseBody",
+    "GetConsumerStatusBody",
     "HeartbeatData",
     "JsonBody",
     "KVTable",
@@ -725,6 +782,9 @@ __all__ = [
     "OffsetWrapper",
     "ProducerConnection",
     "ProducerData",
+    "ProducerInfo",
+    "ProducerTableInfo",
+    "QueryConsumeQueueResponseBody",
     "QueueData",
     "RegisterBrokerBody",
     "SubscriptionData",

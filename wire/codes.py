@@ -180,6 +180,30 @@ class MQVersion(IntEnum):
     V5_3_3 = 479
 
 
+def _version_names() -> tuple[str, ...]:
+    """MQVersion.Version's constants in ordinal order: V3_0_0's pre-releases, then a SNAPSHOT and a
+    release per version up to V5_9_9 (3.3 to 3.9 start at patch 1), then HIGHER_VERSION."""
+    names = ["V3_0_0_SNAPSHOT", "V3_0_0_ALPHA1", *(f"V3_0_0_BETA{i}" for i in range(1, 6))]
+    for beta in range(6, 10):
+        names += [f"V3_0_0_BETA{beta}_SNAPSHOT", f"V3_0_0_BETA{beta}"]
+    names.append("V3_0_0_FINAL")
+    for major in (3, 4, 5):
+        for minor in range(10):
+            first = 1 if major == 3 and minor not in (1, 2) else 0
+            for patch in range(first, 16 if (major, minor) == (3, 0) else 10):
+                names += [f"V{major}_{minor}_{patch}_SNAPSHOT", f"V{major}_{minor}_{patch}"]
+    names.append("HIGHER_VERSION")
+    return tuple(names)
+
+
+_VERSION_NAMES = _version_names()
+
+
+def version_desc(version: int) -> str:
+    """``MQVersion.getVersionDesc``: a version ordinal's name; past the last one, the last one's."""
+    return _VERSION_NAMES[min(max(version, 0), len(_VERSION_NAMES) - 1)]
+
+
 def request_name(code: int) -> str:
     try:
         return RequestCode(code).name

@@ -233,13 +233,16 @@ class CheckTransactionStateRequestHeader(CommandHeader):
 # --- broker admin (§3.7) -------------------------------------------------------------------------
 @command_header
 class CreateTopicRequestHeader(CommandHeader):
+    """@CFNotNull ``defaultTopic`` and ``order`` may be missing: 4.9.8 only logs a missing field and
+    keeps its default, and updateAndCreateTopic reads neither."""
+
     topic: str
-    default_topic: str
     read_queue_nums: Integer
     write_queue_nums: Integer
     perm: Integer
     topic_filter_type: str
-    order: bool
+    default_topic: str | None = None
+    order: bool = False
     topic_sys_flag: Integer | None = None
     attributes: str | None = None  # 5.x
     force: bool | None = None  # 5.x
@@ -287,14 +290,43 @@ class DeleteSubscriptionGroupRequestHeader(CommandHeader):
 
 @command_header
 class ResetOffsetRequestHeader(CommandHeader):
-    """INVOKE_BROKER_TO_RESET_OFFSET (222) and broker -> client RESET_CONSUMER_CLIENT_OFFSET (220)."""
+    """INVOKE_BROKER_TO_RESET_OFFSET (222) and broker -> client RESET_CONSUMER_CLIENT_OFFSET (220).
+    ``isForce`` is @CFNotNull, but a missing one is only logged by 4.9.8 and stays false."""
 
     topic: str
     group: str
     timestamp: Long
-    is_force: bool
+    is_force: bool = False
     queue_id: Integer | None = None  # 5.x; absent means every queue (-1)
     offset: Long | None = None  # 5.x
+
+
+@command_header
+class GetConsumerStatusRequestHeader(CommandHeader):
+    """INVOKE_BROKER_TO_GET_CONSUMER_STATUS (223) and broker -> client GET_CONSUMER_STATUS_FROM_CLIENT
+    (221). ``clientAddr`` is a client id: the one consumer to ask."""
+
+    topic: str
+    group: str
+    client_addr: str | None = None
+
+
+@command_header
+class GetConsumeStatsInBrokerHeader(CommandHeader):
+    """GET_BROKER_CONSUME_STATS (317); a missing ``isOrder`` is false (only logged by 4.9.8)."""
+
+    is_order: bool = False
+
+
+@command_header
+class QueryConsumeQueueRequestHeader(CommandHeader):
+    """QUERY_CONSUME_QUEUE (321): ``count`` ConsumeQueue units from ``index``; no field is @CFNotNull."""
+
+    topic: str
+    queue_id: Integer = 0
+    index: Long = 0
+    count: Integer = 0
+    consumer_group: str | None = None
 
 
 @command_header
@@ -465,6 +497,14 @@ REQUEST_HEADERS: dict[int, type[CommandHeader] | None] = {
     _R.GET_BROKER_RUNTIME_INFO: None,
     _R.INVOKE_BROKER_TO_RESET_OFFSET: ResetOffsetRequestHeader,
     _R.RESET_CONSUMER_CLIENT_OFFSET: ResetOffsetRequestHeader,
+    _R.INVOKE_BROKER_TO_GET_CONSUMER_STATUS: GetConsumerStatusRequestHeader,
+    _R.GET_CONSUMER_STATUS_FROM_CLIENT: GetConsumerStatusRequestHeader,
+    _R.GET_BROKER_CONSUME_STATS: GetConsumeStatsInBrokerHeader,
+    _R.GET_ALL_PRODUCER_INFO: None,
+    _R.QUERY_CONSUME_QUEUE: QueryConsumeQueueRequestHeader,
+    _R.CLEAN_EXPIRED_CONSUMEQUEUE: None,
+    _R.CLEAN_UNUSED_TOPIC: None,
+    _R.DELETE_EXPIRED_COMMITLOG: None,
     _R.GET_CONSUMER_RUNNING_INFO: GetConsumerRunningInfoRequestHeader,
     _R.CONSUME_MESSAGE_DIRECTLY: ConsumeMessageDirectlyResultRequestHeader,
     _R.REGISTER_BROKER: RegisterBrokerRequestHeader,

@@ -452,6 +452,32 @@ def test_async_flush_reaches_disk(tmp_path: Path) -> None:
         s.shutdown()
 
 
+def test_clean_expired_consume_queues_drops_the_queues_wholly_below_the_commitlog(tmp_path: Path) -> None:
+    """cleanExpiredConsumerQueue: a queue whose every message went with expired CommitLog files is
+    destroyed (its next message is offset 0 again, as in Java); a queue with a message still in the
+    CommitLog stays, and so does SCHEDULE_TOPIC_XXXX's; consumer offsets stay."""
+    s = DefaultMessageStore.open(cfg(tmp_path, file_reserved_time=1), start_services=False)
+    try:
+        for i in range(40):
+            s.put_message(msg("Old", body=os.urandom(900), qid=i % 2))
+        s.meta.commit_offset("g", "Old", 1, 20)
+        for _ in range(20):
+            s.put_message(msg("Filler", body=os.urandom(900)))
+        s.put_message(msg("Old", body=b"late", qid=0))
+        s.put_message(msg("Live"))
+        s.put_message(msg("Filler"))
+        assert s.clean_expired_consume_queues() == 0  # nothing expired yet
+        s.clean_expired_files(force=True, now_ms=int(time.time() * 1000) + 2 * 3_600_000)
+        assert len(s.commitlog.queue.files) == 1  # only the segment being written is left
+        assert s.clean_expired_consume_queues() == 1
+        assert ("Old", 1) not in s.consume_queues and ("Old", 0) in s.consume_queues
+        assert not (tmp_path / "consumequeue" / "Old" / "1").exists()
+        assert ("Live", 0) in s.consume_queues and s.meta.query_offset("g", "Old", 1) == 20
+        assert s.put_message(msg("Old", qid=1)).queue_offset == 0
+    finally:
+        s.shutdown()
+
+
 def test_expired_segments_cleanup_moves_min_offsets(tmp_path: Path) -> None:
     s = DefaultMessageStore.open(cfg(tmp_path, file_reserved_time=1, delete_when="99"), start_services=False)
     try:

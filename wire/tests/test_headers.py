@@ -82,15 +82,15 @@ JAVA_FIELDS: dict[type[CommandHeader], dict[str, bool]] = {
         "compressed": False,
         "bodyCrc32": False,
     },
-    CreateTopicRequestHeader: {
+    CreateTopicRequestHeader: {  # Java's @CFNotNull defaultTopic and order: only logged when absent
         "topic": True,
-        "defaultTopic": True,
+        "defaultTopic": False,
         "readQueueNums": True,
         "writeQueueNums": True,
         "perm": True,
         "topicFilterType": True,
         "topicSysFlag": False,
-        "order": True,
+        "order": False,
         "attributes": False,
         "force": False,
     },
