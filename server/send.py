@@ -341,6 +341,8 @@ class SendMessageProcessor(RequestProcessor):
             result = self.store.put_messages(msgs)
         except MessageFormatError as exc:
             return request.response(ResponseCode.MESSAGE_ILLEGAL, str(exc))
+        if result.status is _PUT_OK:
+            self.broker.stats.record_batch_put(result.topic, len(msgs))
         if result.durable is not None and result.status is _PUT_OK and wait:
             return self._await_flush(request, result)
         return self.response(request, result)

@@ -91,6 +91,7 @@ class BrokerStats:
         self.get_miss = 0
         self.get_transferred = 0  # messages answered to pulls
         self.group_get: dict[tuple[str, str], list[int]] = {}  # (topic, group) -> [messages, pulls]
+        self.batch_extra: dict[str, int] = {}  # topic -> messages beyond the first of each batch put
         self.items: dict[tuple[str, str], StatsItem] = {}  # (statsName, statsKey) -> snapshots
         self._samples: deque[Snapshot] = deque(maxlen=SAMPLES + 1)
         self._ticks = 0
@@ -112,6 +113,11 @@ class BrokerStats:
         else:
             self.get_miss += 1
 
+    def record_batch_put(self, topic: str, messages: int) -> None:
+        """A batch SEND put ``messages`` messages in one call (TOPIC_PUT_NUMS counts calls as times,
+        so its avgpt is messages per put); single puts need no record, the store counts them."""
+        self.batch_extra[topic] = self.batch_extra.get(topic, 0) + messages - 1
+
     def sample(self, now_ms: int | None = None, today: date | None = None) -> None:
         now_ms = int(time.time() * 1000) if now_ms is None else now_ms
         put = self.store.put_totals()[0]
@@ -125,16 +131,24 @@ class BrokerStats:
             self._sample_items(now_ms, put)
         self._ticks += 1
 
-    def _sample_items(self, now_ms: int, put: int) -> None:
+    def _values(self, put: int) -> dict[tuple[str, str], tuple[int, int]]:
+        """Each stats item's (value, times) now. Java adds no times to the BROKER_* items, whose
+        avgpt is then 0."""
+        extra = self.batch_extra
         values: dict[tuple[str, str], tuple[int, int]] = {
-            (TOPIC_PUT_NUMS, topic): (n, n) for topic, n in self.store.topic_put_totals().items()
+            (TOPIC_PUT_NUMS, topic): (n, n - extra.get(topic, 0))
+            for topic, n in self.store.topic_put_totals().items()
         }
         for (topic, group), (n, pulls) in self.group_get.items():
             values[(GROUP_GET_NUMS, f"{topic}@{group}")] = (n, pulls)
         if put:
-            values[(BROKER_PUT_NUMS, self.cluster)] = (put, put)
+            values[(BROKER_PUT_NUMS, self.cluster)] = (put, 0)
         if self.get_transferred:
-            values[(BROKER_GET_NUMS, self.cluster)] = (self.get_transferred, self.get_found)
+            values[(BROKER_GET_NUMS, self.cluster)] = (self.get_transferred, 0)
+        return values
+
+    def _sample_items(self, now_ms: int, put: int) -> None:
+        values = self._values(put)
         items = self.items
         for key in [k for k in items if k not in values]:  # a deleted topic
             del items[key]
@@ -155,8 +169,14 @@ class BrokerStats:
         self._last_item_ms = now_ms
 
     def stats_data(self, name: str, key: str) -> dict[str, dict[str, float | int]] | None:
+        """A stats item's BrokerStatsData; zeros for one counted since the last sample (Java creates
+        the item at its first count); None for one never counted."""
         item = self.items.get((name, key))
-        return None if item is None else item.data()
+        if item is None:
+            if (name, key) not in self._values(self.store.put_totals()[0]):
+                return None
+            item = StatsItem((0, 0, 0))
+        return item.data()
 
     def _window(self, field: str, seconds: int) -> float | None:
         s = self._samples

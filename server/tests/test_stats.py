@@ -89,6 +89,28 @@ def test_stats_items_over_minute_hour_and_day() -> None:
     assert stats.stats_data("TOPIC_PUT_NUMS", "T") is None
 
 
+def test_stats_items_exist_from_their_first_count_and_avgpt_is_per_call() -> None:
+    """As BrokerStatsManager: an item answers (zeros) from its first count, not only from the next
+    10 s snapshot; TOPIC_PUT_NUMS counts a batch as one call, so avgpt is messages per put; the
+    BROKER_* items count no calls, so their avgpt is 0."""
+    puts = Puts()
+    stats = BrokerStats(puts, "C", boot_ms=0)
+    stats.sample(now_ms=0, today=date(2026, 11, 24))
+    puts.n = 4  # four single puts since the last snapshot
+    zeros = {"avgpt": 0.0, "sum": 0, "tps": 0.0}
+    assert stats.stats_data("TOPIC_PUT_NUMS", "T") == dict.fromkeys(
+        ("statsDay", "statsHour", "statsMinute"), zeros
+    )
+    assert stats.stats_data("TOPIC_PUT_NUMS", "U") is None
+    run(stats, puts, 10, 0, start=1)
+    puts.n += 8
+    stats.record_batch_put("T", 8)  # and one batch of eight
+    run(stats, puts, 10, 0, start=11)
+    minute = stats.stats_data("TOPIC_PUT_NUMS", "T")["statsMinute"]  # type: ignore[index]
+    assert (minute["sum"], minute["avgpt"]) == (12, 12 / 5)
+    assert stats.stats_data("BROKER_PUT_NUMS", "C")["statsMinute"]["avgpt"] == 0.0  # type: ignore[index]
+
+
 def test_daily_totals_roll_at_midnight() -> None:
     puts = Puts()
     stats = BrokerStats(puts, "C", boot_ms=0)
