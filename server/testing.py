@@ -4,20 +4,21 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 import os
 import time
 from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from rmqgate.server.broker import BrokerController
+from rmqgate.server.client import RemotingClient
+from rmqgate.server.config import BrokerConfig
+from rmqgate.store.api import open_store
 from rmqgate.tools.pcap import read_frames
 from rmqgate.wire import RemotingCommand
-from rmqgate.wire.codes import RequestCode
-from rmqgate.wire.message import MessageExt, decode_message, iter_messages
-
-if TYPE_CHECKING:
-    from rmqgate.server.broker import BrokerController
-    from rmqgate.server.config import BrokerConfig
+from rmqgate.wire.codes import RequestCode, SerializeType
+from rmqgate.wire.message import MessageExt, decode_message, format_properties, iter_messages
 
 
 def async_test(fn: Callable[..., Coroutine[Any, Any, None]]) -> Callable[..., None]:
@@ -87,3 +88,101 @@ def captured_requests_and_pulls(pcap: Path) -> Iterator[RemotingCommand | Messag
             codes.get((frame.conn_id, cmd.opaque)) == RequestCode.PULL_MESSAGE and cmd.code == 0 and cmd.body
         ):
             yield from iter_messages(cmd.body)
+
+
+class LocalBroker:
+    """A broker on its own real store (small segments) in ``root``, on an ephemeral port."""
+
+    def __init__(self, root: str, **overrides: object) -> None:
+        self.config = BrokerConfig(brokerName="broker-t", listenPort=0, brokerIP1="127.0.0.1", **overrides)  # type: ignore[arg-type]
+        small_store(self.config, root)
+        self.store = open_store(self.config.store_config())
+        self.broker = BrokerController(self.config, self.store, listen_host="127.0.0.1", scan_interval=0.1)
+
+    async def __aenter__(self) -> LocalBroker:
+        await self.broker.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.broker.stop()
+
+    async def client(self, **kwargs: object) -> RemotingClient:
+        return await RemotingClient.connect("127.0.0.1", self.broker.port, **kwargs)  # type: ignore[arg-type]
+
+
+def send_v2(
+    topic: str,
+    body: bytes = b"hello",
+    *,
+    queue_id: int = 0,
+    tags: str | None = None,
+    keys: str | None = None,
+    uniq: str | None = None,
+    ser: int = SerializeType.JSON,
+    extra: dict[str, str] | None = None,
+) -> RemotingCommand:
+    props = {"WAIT": "true"}
+    if tags:
+        props["TAGS"] = tags
+    if keys:
+        props["KEYS"] = keys
+    if uniq:
+        props["UNIQ_KEY"] = uniq
+    ext = {
+        "a": "PG",
+        "b": topic,
+        "c": "TBW102",
+        "d": "4",
+        "e": str(queue_id),
+        "f": "0",
+        "g": str(int(time.time() * 1000)),
+        "h": "0",
+        "i": format_properties(props),
+        "j": "0",
+        "k": "false",
+        "m": "false",
+        **(extra or {}),
+    }
+    return RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, ext, body, serialize_type=ser)
+
+
+def pull_cmd(
+    topic: str,
+    offset: int,
+    *,
+    queue_id: int = 0,
+    group: str = "CG",
+    sys_flag: int = 4,
+    sub: str = "*",
+    suspend_ms: int = 1000,
+    commit: int = 0,
+    code: int = RequestCode.PULL_MESSAGE,
+) -> RemotingCommand:
+    ext = {
+        "consumerGroup": group,
+        "topic": topic,
+        "queueId": str(queue_id),
+        "queueOffset": str(offset),
+        "maxMsgNums": "32",
+        "sysFlag": str(sys_flag),
+        "commitOffset": str(commit),
+        "suspendTimeoutMillis": str(suspend_ms),
+        "subscription": sub,
+        "subVersion": "0",
+        "expressionType": "TAG",
+    }
+    return RemotingCommand.request(code, ext)
+
+
+def heartbeat(
+    client_id: str, group: str, topic: str, sub: str = "*", *, ints: bool = False
+) -> RemotingCommand:
+    consumer = {
+        "consumeFromWhere": 4 if ints else "CONSUME_FROM_FIRST_OFFSET",
+        "consumeType": 1 if ints else "CONSUME_PASSIVELY",
+        "groupName": group,
+        "messageModel": 1 if ints else "CLUSTERING",
+        "subscriptionDataSet": [{"subString": sub, "subVersion": "100", "topic": topic}],
+    }
+    body = {"clientID": client_id, "consumerDataSet": [consumer], "producerDataSet": [{"groupName": "PG"}]}
+    return RemotingCommand.request(RequestCode.HEART_BEAT, body=json.dumps(body).encode())

@@ -2,20 +2,15 @@
 
 from __future__ import annotations
 
-import itertools
 import json
 import re
 import shutil
 import time
-from collections.abc import Callable
 from pathlib import Path
-
-import pytest
 
 from rmqgate.server.admin import human_readable_byte_count
 from rmqgate.server.config import load_broker_conf
-from rmqgate.server.testing import async_test, wait_for
-from rmqgate.server.tests.test_broker import _Broker, heartbeat, pull_cmd, send_v2
+from rmqgate.server.testing import async_test, heartbeat, pull_cmd, send_v2, wait_for
 from rmqgate.server.topics import SYSTEM_TOPICS, topic_config
 from rmqgate.store.api import SCHEDULE_TOPIC
 from rmqgate.wire import RemotingCommand, ResponseCode
@@ -29,14 +24,6 @@ from rmqgate.wire.bodies import (
 from rmqgate.wire.codes import RequestCode as R
 from rmqgate.wire.codes import version_desc
 from rmqgate.wire.message import format_properties
-
-
-@pytest.fixture
-def Broker(tmp_path: Path) -> Callable[..., _Broker]:
-    """test_broker's brokers, each on its own real store in tmp_path."""
-    counter = itertools.count()
-    return lambda **overrides: _Broker(str(tmp_path / f"store{next(counter)}"), **overrides)
-
 
 JAVA_GROUPS = {  # SubscriptionGroupManager.init
     "TOOLS_CONSUMER",

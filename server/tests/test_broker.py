@@ -13,14 +13,21 @@ import signal
 import time
 from pathlib import Path
 
-import pytest
-
-from rmqgate.server.broker import BrokerController
 from rmqgate.server.client import RemotingClient
 from rmqgate.server.config import BrokerConfig
 from rmqgate.server.namesrv import NamesrvController
 from rmqgate.server.remoting import Channel, RemotingServer, RequestProcessor
-from rmqgate.server.testing import async_test, captured_requests_and_pulls, small_store, stored, wait_for
+from rmqgate.server.testing import (
+    LocalBroker,
+    async_test,
+    captured_requests_and_pulls,
+    heartbeat,
+    pull_cmd,
+    send_v2,
+    small_store,
+    stored,
+    wait_for,
+)
 from rmqgate.server.topics import TopicConfigManager, default_group_config, topic_config
 from rmqgate.store.api import open_store
 from rmqgate.wire import RemotingCommand, ResponseCode, SerializeType
@@ -35,113 +42,6 @@ from rmqgate.wire.message import (
     iter_messages,
     java_string_hash,
 )
-
-
-@pytest.fixture
-def Broker(tmp_path: Path):
-    """Factory of test brokers, each on its own real store in tmp_path."""
-    counter = iter(range(1000))
-
-    def make(**overrides: object) -> _Broker:
-        return _Broker(str(tmp_path / f"store{next(counter)}"), **overrides)
-
-    return make
-
-
-class _Broker:
-    def __init__(self, root: str, **overrides: object) -> None:
-        self.config = BrokerConfig(brokerName="broker-t", listenPort=0, brokerIP1="127.0.0.1", **overrides)  # type: ignore[arg-type]
-        small_store(self.config, root)
-        self.store = open_store(self.config.store_config())
-        self.broker = BrokerController(self.config, self.store, listen_host="127.0.0.1", scan_interval=0.1)
-
-    async def __aenter__(self) -> _Broker:
-        await self.broker.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.broker.stop()
-
-    async def client(self, **kwargs: object) -> RemotingClient:
-        return await RemotingClient.connect("127.0.0.1", self.broker.port, **kwargs)  # type: ignore[arg-type]
-
-
-def send_v2(
-    topic: str,
-    body: bytes = b"hello",
-    *,
-    queue_id: int = 0,
-    tags: str | None = None,
-    keys: str | None = None,
-    uniq: str | None = None,
-    ser: int = SerializeType.JSON,
-    extra: dict[str, str] | None = None,
-) -> RemotingCommand:
-    props = {"WAIT": "true"}
-    if tags:
-        props["TAGS"] = tags
-    if keys:
-        props["KEYS"] = keys
-    if uniq:
-        props["UNIQ_KEY"] = uniq
-    ext = {
-        "a": "PG",
-        "b": topic,
-        "c": "TBW102",
-        "d": "4",
-        "e": str(queue_id),
-        "f": "0",
-        "g": str(int(time.time() * 1000)),
-        "h": "0",
-        "i": format_properties(props),
-        "j": "0",
-        "k": "false",
-        "m": "false",
-        **(extra or {}),
-    }
-    return RemotingCommand.request(R.SEND_MESSAGE_V2, ext, body, serialize_type=ser)
-
-
-def pull_cmd(
-    topic: str,
-    offset: int,
-    *,
-    queue_id: int = 0,
-    group: str = "CG",
-    sys_flag: int = 4,
-    sub: str = "*",
-    suspend_ms: int = 1000,
-    commit: int = 0,
-    code: int = R.PULL_MESSAGE,
-) -> RemotingCommand:
-    ext = {
-        "consumerGroup": group,
-        "topic": topic,
-        "queueId": str(queue_id),
-        "queueOffset": str(offset),
-        "maxMsgNums": "32",
-        "sysFlag": str(sys_flag),
-        "commitOffset": str(commit),
-        "suspendTimeoutMillis": str(suspend_ms),
-        "subscription": sub,
-        "subVersion": "0",
-        "expressionType": "TAG",
-    }
-    return RemotingCommand.request(code, ext)
-
-
-def heartbeat(
-    client_id: str, group: str, topic: str, sub: str = "*", *, ints: bool = False
-) -> RemotingCommand:
-    consumer = {
-        "consumeFromWhere": 4 if ints else "CONSUME_FROM_FIRST_OFFSET",
-        "consumeType": 1 if ints else "CONSUME_PASSIVELY",
-        "groupName": group,
-        "messageModel": 1 if ints else "CLUSTERING",
-        "subscriptionDataSet": [{"subString": sub, "subVersion": "100", "topic": topic}],
-    }
-    body = {"clientID": client_id, "consumerDataSet": [consumer], "producerDataSet": [{"groupName": "PG"}]}
-    return RemotingCommand.request(R.HEART_BEAT, body=json.dumps(body).encode())
 
 
 def test_persisted_system_topics_keep_their_config(tmp_path: Path) -> None:
@@ -456,12 +356,12 @@ async def test_a_slave_takes_no_puts_and_leaves_pull_offsets_alone(tmp_path: Pat
     offset is not stored, a pull past the queue is retried at its own offset instead of OFFSET_MOVED
     (unless offsetCheckInSlave), END_TRANSACTION is refused; it serves what its store holds."""
     root = str(tmp_path / "store")
-    async with _Broker(root) as master:
+    async with LocalBroker(root) as master:
         c = await master.client()
         for i in range(3):
             assert (await c.invoke(send_v2("T", f"m{i}".encode()))).code == 0
         await c.aclose()
-    async with _Broker(root, brokerRole="SLAVE", brokerId=1) as slave:
+    async with LocalBroker(root, brokerRole="SLAVE", brokerId=1) as slave:
         assert slave.broker.slave
         c = await slave.client()
         resp = await c.invoke(send_v2("T", b"refused"))
@@ -479,7 +379,7 @@ async def test_a_slave_takes_no_puts_and_leaves_pull_offsets_alone(tmp_path: Pat
         resp = await c.invoke(RemotingCommand.request(R.END_TRANSACTION, end))
         assert resp.code == ResponseCode.SLAVE_NOT_AVAILABLE, resp
         await c.aclose()
-    async with _Broker(root, brokerRole="SLAVE", brokerId=1, offsetCheckInSlave=True) as slave:
+    async with LocalBroker(root, brokerRole="SLAVE", brokerId=1, offsetCheckInSlave=True) as slave:
         c = await slave.client()
         resp = await c.invoke(pull_cmd("T", 10))
         assert (resp.code, resp.ext_fields["nextBeginOffset"]) == (ResponseCode.PULL_OFFSET_MOVED, "3")
