@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import os
 import shutil
 import time
 from decimal import ROUND_HALF_UP, Decimal
@@ -71,12 +72,17 @@ _PUT_TIME_BUCKETS = (
     "[<=0ms]", "[0~10ms]", "[10~50ms]", "[50~100ms]", "[100~200ms]", "[200~500ms]", "[500ms~1s]",
     "[1~2s]", "[2~3s]", "[3~4s]", "[4~5s]", "[5~10s]", "[10s~]",
 )  # fmt: skip
-# runtime-info key -> the config key of a thread-pool queue capacity (rmqgate has no such pools; the
-# value reported is the configured one, or Java's default)
-_QUEUE_CAPACITIES = {
-    "sendThreadPoolQueueCapacity": "sendThreadPoolQueueCapacity",
-    "pullThreadPoolQueueCapacity": "pullThreadPoolQueueCapacity",
-    "queryThreadPoolQueueCapacity": "queryThreadPoolQueueCapacity",
+# thread-pool queue capacities runtime info reports (rmqgate has no such pools: the configured value,
+# or Java's default); Java names the end-transaction one differently there
+_QUEUE_CAPACITIES = {  # runtime-info key -> config key
+    **{
+        key: key
+        for key in (
+            "sendThreadPoolQueueCapacity",
+            "pullThreadPoolQueueCapacity",
+            "queryThreadPoolQueueCapacity",
+        )
+    },
     "EndTransactionThreadPoolQueueCapacity": "endTransactionPoolQueueCapacity",
 }
 # cleanUnusedTopic keeps these queues (rmqgate also parks half messages without a topic config,
@@ -240,7 +246,7 @@ class AdminBrokerProcessor(RequestProcessor):
         h = GetConsumeStatsRequestHeader.from_ext(req.ext_fields or {})
         group = h.consumer_group
         stats = ConsumeStats()
-        for topic in [h.topic] if h.topic else self._topics_of_group(group):
+        for topic in [h.topic] if h.topic else self._topics_by_group().get(group, ()):
             tc = self._consumed_topic_config(group, topic)
             if tc is not None:
                 self._fill_offsets(stats, group, topic, tc["readQueueNums"])
@@ -253,13 +259,12 @@ class AdminBrokerProcessor(RequestProcessor):
         h = GetConsumeStatsInBrokerHeader.from_ext(req.ext_fields or {})
         groups: list[dict[str, list[ConsumeStats]]] = []
         total_diff = 0
+        topics_by_group = self._topics_by_group()
         for group in list(self.broker.subscription_groups.table):
             per_topic = []
-            for topic in self._topics_of_group(group):
-                tc = self.broker.topics.get(topic)
+            for topic in topics_by_group.get(group, ()):
+                tc = self._consumed_topic_config(group, topic)
                 if tc is None or (h.is_order and not tc.get("order")):
-                    continue
-                if self._consumed_topic_config(group, topic) is None:
                     continue
                 stats = self._fill_offsets(ConsumeStats(), group, topic, tc["writeQueueNums"])
                 total_diff += sum(w.broker_offset - w.consumer_offset for w in stats.offset_table.values())
@@ -268,10 +273,13 @@ class AdminBrokerProcessor(RequestProcessor):
         body = ConsumeStatsList(groups, self.broker.config.broker_addr, total_diff)
         return req.response(ResponseCode.SUCCESS, body=body.to_json())
 
-    def _topics_of_group(self, group: str) -> list[str]:
-        """``whichTopicByConsumer``: the topics of the group's committed offsets."""
-        suffix = "@" + group
-        return sorted({k[: -len(suffix)] for k in self.store.meta.offset_table() if k.endswith(suffix)})
+    def _topics_by_group(self) -> dict[str, list[str]]:
+        """``whichTopicByConsumer`` for every group at once: the topics of its committed offsets."""
+        out: dict[str, list[str]] = {}
+        for key in sorted(self.store.meta.offset_table()):
+            topic, _, group = key.partition("@")
+            out.setdefault(group, []).append(topic)
+        return out
 
     def _consumed_topic_config(self, group: str, topic: str) -> dict[str, Any] | None:
         """The topic's config, unless it has none or the group is online without subscribing to it."""
@@ -644,13 +652,13 @@ class AdminBrokerProcessor(RequestProcessor):
         for key, name in _QUEUE_CAPACITIES.items():
             table[key] = props[name]
         table.update({k: str(v) for k, v in store.runtime_info().items()})
-        commit_log_dir = config.storePathCommitLog or f"{config.storePathRootDir}/commitlog"
-        table[f"commitLogDiskRatio_{commit_log_dir}"] = table["commitLogDiskRatio"]
+        root = store.config.store_path_root_dir  # (the CommitLog is always its commitlog/ directory)
+        table[f"commitLogDiskRatio_{os.path.join(root, 'commitlog')}"] = table["commitLogDiskRatio"]
         for level, offset in store.meta.delay_offsets().items():  # ScheduleMessageService.buildRunningStats
             max_offset = store.get_max_offset_in_queue(SCHEDULE_TOPIC, level - 1)
             table[f"scheduleMessageOffset_{level}"] = f"{offset},{max_offset}"
         try:
-            usage = shutil.disk_usage(config.storePathRootDir)
+            usage = shutil.disk_usage(root)
         except OSError:  # (Java leaves the key out when the directory does not exist)
             pass
         else:

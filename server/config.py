@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from rmqgate.server.remoting import DEFAULT_IDLE_TIMEOUT
 from rmqgate.store.api import BROKER_ROLES, DEFAULT_DELAY_LEVELS, SLAVE, StoreConfig, parse_delay_levels
 from rmqgate.wire.codes import ResponseCode
 
@@ -94,7 +95,7 @@ def _netty_server_defaults() -> dict[str, str]:
     return {
         "serverWorkerThreads": "8", "serverCallbackExecutorThreads": "0", "serverSelectorThreads": "3",
         "serverOnewaySemaphoreValue": "256", "serverAsyncSemaphoreValue": "64",
-        "serverChannelMaxIdleTimeSeconds": "120", "serverSocketSndBufSize": "0",
+        "serverChannelMaxIdleTimeSeconds": str(int(DEFAULT_IDLE_TIMEOUT)), "serverSocketSndBufSize": "0",
         "serverSocketRcvBufSize": "0", "writeBufferHighWaterMark": "0", "writeBufferLowWaterMark": "0",
         "serverSocketBacklog": "1024", "serverPooledByteBufAllocatorEnable": "true",
         "useEpollNativeSelector": "false",
@@ -184,7 +185,7 @@ class BrokerConfig(PropertiesConfig):
     brokerId: int = 0
     namesrvAddr: str | None = None
     listenPort: int = 10911
-    serverChannelMaxIdleTimeSeconds: int = 120  # NettyServerConfig's key; 0 never closes idle connections
+    serverChannelMaxIdleTimeSeconds: int = int(DEFAULT_IDLE_TIMEOUT)  # NettyServerConfig's; 0: never close
     brokerIP1: str = "127.0.0.1"
     brokerIP2: str | None = None
     brokerPermission: int = 6

@@ -32,6 +32,7 @@ from rmqgate.store.api import PutMessageStatus, PutResult
 from rmqgate.wire.codes import MQVersion, RequestCode, ResponseCode, SerializeType
 from rmqgate.wire.command import BROKER_VERSION, RemotingCommand
 from rmqgate.wire.errors import HeaderFieldError, MessageFormatError
+from rmqgate.wire.header import parse_java_int
 from rmqgate.wire.headers import SendMessageRequestHeader
 from rmqgate.wire.layout import FRAME_PREFIX
 from rmqgate.wire.message import (
@@ -293,7 +294,7 @@ class SendMessageProcessor(RequestProcessor):
             )
         batch_props = parse_properties(h.properties) if h.properties else {}
         try:
-            delay = int(batch_props.get(PROPERTY_DELAY, "0"))
+            delay = parse_java_int(batch_props.get(PROPERTY_DELAY, "0"))
         except ValueError:
             delay = 1  # Java's Integer.parseInt fails the request
         if transaction_type(sys_flag) or delay > 0:

@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, ClassVar
 
 from rmqgate.server.remoting import Channel, RequestProcessor, cancel_and_wait
@@ -28,6 +29,7 @@ from rmqgate.server.topics import (
 from rmqgate.store.api import PutMessageStatus
 from rmqgate.wire.codes import RequestCode, ResponseCode
 from rmqgate.wire.command import RemotingCommand
+from rmqgate.wire.header import parse_java_int, parse_java_long
 from rmqgate.wire.headers import EndTransactionRequestHeader
 from rmqgate.wire.message import (
     PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS,
@@ -72,10 +74,10 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def _java_int(text: str | None) -> int:
+def _java_number(text: str | None, parse: Callable[[str], int] = parse_java_int) -> int:
     """``getInt``/``getLong`` of the check: a user property may hold anything; unreadable is -1."""
     try:
-        return int(text or "")
+        return parse(text or "")
     except ValueError:
         return -1
 
@@ -238,7 +240,7 @@ class TransactionalMessageService:
                 i += 1
                 continue
             props = half.properties
-            times = _java_int(props.get(PROPERTY_TRANSACTION_CHECK_TIMES, "0"))
+            times = _java_number(props.get(PROPERTY_TRANSACTION_CHECK_TIMES, "0"))
             if times >= self.check_max or start - half.born_timestamp > self.reserved_ms:
                 self._discard(half)  # checked too often, or older than the store keeps files
                 i += 1
@@ -248,7 +250,9 @@ class TransactionalMessageService:
             age = start - half.born_timestamp
             immunity_s = props.get(PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS)
             if immunity_s is not None:
-                immunity = _java_int(immunity_s)  # getImmunityTime: unreadable (-1) -> transactionTimeOut
+                immunity = _java_number(
+                    immunity_s, parse_java_long
+                )  # getImmunityTime: unreadable (-1) -> transactionTimeOut
                 immunity = self.timeout_ms if immunity == -1 else immunity * 1000
                 if age < immunity:  # immune, but must not hold up the halves behind it
                     copy = self._put_back(half, times, immunity=True)
