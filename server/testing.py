@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import json
 import os
@@ -14,7 +15,6 @@ from typing import Any
 from rmqgate.server.broker import BrokerController
 from rmqgate.server.client import RemotingClient
 from rmqgate.server.config import BrokerConfig
-from rmqgate.store.api import open_store
 from rmqgate.tools.pcap import read_frames
 from rmqgate.wire import RemotingCommand
 from rmqgate.wire.codes import RequestCode, SerializeType
@@ -56,6 +56,15 @@ def small_store(config: BrokerConfig, root: str | os.PathLike[str]) -> BrokerCon
     return config
 
 
+def small_broker(root: str | os.PathLike[str], **overrides: Any) -> BrokerController:
+    """A broker named broker-t on a ``small_store`` in ``root``, on an ephemeral port of 127.0.0.1,
+    scanning every 0.1 s; ``overrides`` are BrokerConfig keys, applied last."""
+    config = small_store(BrokerConfig(brokerName="broker-t", listenPort=0, brokerIP1="127.0.0.1"), root)
+    return BrokerController(
+        dataclasses.replace(config, **overrides), listen_host="127.0.0.1", scan_interval=0.1
+    )
+
+
 def stored(broker: BrokerController, topic: str, queue_id: int = 0) -> list[MessageExt]:
     """Every message of one queue, as the broker's store holds it."""
     got = broker.store.get_messages(topic, queue_id, 0, 1000)
@@ -93,11 +102,10 @@ def captured_requests_and_pulls(pcap: Path) -> Iterator[RemotingCommand | Messag
 class LocalBroker:
     """A broker on its own real store (small segments) in ``root``, on an ephemeral port."""
 
-    def __init__(self, root: str, **overrides: object) -> None:
-        self.config = BrokerConfig(brokerName="broker-t", listenPort=0, brokerIP1="127.0.0.1", **overrides)  # type: ignore[arg-type]
-        small_store(self.config, root)
-        self.store = open_store(self.config.store_config())
-        self.broker = BrokerController(self.config, self.store, listen_host="127.0.0.1", scan_interval=0.1)
+    def __init__(self, root: str, **overrides: Any) -> None:
+        self.broker = small_broker(root, **overrides)
+        self.config = self.broker.config
+        self.store = self.broker.store
 
     async def __aenter__(self) -> LocalBroker:
         await self.broker.start()

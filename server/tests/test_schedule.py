@@ -8,9 +8,15 @@ from pathlib import Path
 
 from rmqgate.server.broker import BrokerController
 from rmqgate.server.client import RemotingClient
-from rmqgate.server.config import BrokerConfig, load_broker_conf
+from rmqgate.server.config import load_broker_conf
 from rmqgate.server.schedule import timeup_message
-from rmqgate.server.testing import async_test, captured_requests_and_pulls, small_store, stored, wait_for
+from rmqgate.server.testing import (
+    async_test,
+    captured_requests_and_pulls,
+    small_broker,
+    stored,
+    wait_for,
+)
 from rmqgate.store.api import SCHEDULE_TOPIC
 from rmqgate.wire import RemotingCommand, ResponseCode
 from rmqgate.wire.codes import RequestCode as R
@@ -20,10 +26,7 @@ LEVELS = "1s 2s 3s"
 
 
 def make_broker(root: Path, levels: str = LEVELS) -> BrokerController:
-    config = BrokerConfig(brokerName="broker-d", listenPort=0, brokerIP1="127.0.0.1")
-    small_store(config, root)
-    config.messageDelayLevel = levels
-    return BrokerController(config, listen_host="127.0.0.1", scan_interval=0.1)
+    return small_broker(root, brokerName="broker-d", messageDelayLevel=levels)
 
 
 def delayed(topic: str, level: int | str, body: bytes, queue_id: int = 2) -> RemotingCommand:

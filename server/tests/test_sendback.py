@@ -7,8 +7,7 @@ from typing import Any
 
 from rmqgate.server.broker import BrokerController
 from rmqgate.server.client import RemotingClient
-from rmqgate.server.config import BrokerConfig
-from rmqgate.server.testing import async_test, small_store, stored, wait_for
+from rmqgate.server.testing import async_test, small_broker, stored, wait_for
 from rmqgate.store.api import SCHEDULE_TOPIC
 from rmqgate.wire import RemotingCommand, ResponseCode
 from rmqgate.wire.codes import RequestCode as R
@@ -16,12 +15,9 @@ from rmqgate.wire.message import decode_offset_msg_id, format_properties
 
 
 def make_broker(root: Path, **overrides: Any) -> BrokerController:
-    config = BrokerConfig(brokerName="broker-r", listenPort=0, brokerIP1="127.0.0.1")
-    small_store(config, root)
-    config.messageDelayLevel = " ".join(["1s"] * 18)
-    for key, value in overrides.items():
-        setattr(config, key, value)
-    return BrokerController(config, listen_host="127.0.0.1", scan_interval=0.1)
+    return small_broker(
+        root, **{"brokerName": "broker-r", "messageDelayLevel": " ".join(["1s"] * 18), **overrides}
+    )
 
 
 def send(topic: str, body: bytes) -> RemotingCommand:

@@ -15,8 +15,13 @@ from typing import Any
 
 from rmqgate.server.broker import BrokerController
 from rmqgate.server.client import RemotingClient
-from rmqgate.server.config import BrokerConfig
-from rmqgate.server.testing import async_test, captured_requests_and_pulls, small_store, stored, wait_for
+from rmqgate.server.testing import (
+    async_test,
+    captured_requests_and_pulls,
+    small_broker,
+    stored,
+    wait_for,
+)
 from rmqgate.server.topics import (
     RMQ_SYS_TRANS_CHECK_MAX_TIME_TOPIC,
     RMQ_SYS_TRANS_HALF_TOPIC,
@@ -39,12 +44,10 @@ COMMIT, ROLLBACK, UNKNOWN = 8, 12, 0
 
 
 def make_broker(root: Path, **overrides: Any) -> BrokerController:
-    config = BrokerConfig(brokerName="broker-tx", listenPort=0, brokerIP1="127.0.0.1")
-    small_store(config, root)
-    config.transactionCheckInterval = 3_600_000  # passes only when a test runs one
-    for key, value in overrides.items():
-        setattr(config, key, value)
-    return BrokerController(config, listen_host="127.0.0.1", scan_interval=0.1)
+    # checks run only when a test asks for one
+    return small_broker(
+        root, **{"brokerName": "broker-tx", "transactionCheckInterval": 3_600_000, **overrides}
+    )
 
 
 def half_request(
