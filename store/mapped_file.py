@@ -503,7 +503,9 @@ class MappedFileQueue:
         if immediately:
             return max(limit, 0)
         n = 0
-        while n < limit and self.files[n].last_modified() * 1000 + expired_ms <= now:
+        # whole milliseconds, as File.lastModified: a segment last written in the millisecond ``now``
+        # names (floored) is as old as it, not younger
+        while n < limit and int(self.files[n].last_modified() * 1000) + expired_ms <= now:
             n += 1
         return n
 

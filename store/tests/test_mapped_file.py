@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from rmqgate.store.mapped_file import PAGE_SIZE, MappedFile, offset_to_file_name
+from rmqgate.store.mapped_file import PAGE_SIZE, MappedFile, MappedFileQueue, offset_to_file_name
 
 SIZE = 1024 * PAGE_SIZE
 
@@ -261,3 +261,18 @@ def test_close_waits_for_a_running_msync_or_madvise(
     user.join(30)
     closer.join(30)
     assert not closer.is_alive() and not user.is_alive()
+
+
+def test_a_segment_last_written_in_the_millisecond_now_names_is_expired_at_age_0(tmp_path: Path) -> None:
+    """Ages in whole milliseconds, as File.lastModified and System.currentTimeMillis: a segment whose
+    mtime falls inside the (floored) millisecond of ``now`` is not younger than now."""
+    q = MappedFileQueue(tmp_path, 4096)
+    try:
+        for _ in range(2):
+            q.get_last_mapped_file(q.get_max_offset()).wrote_position = 4096
+        first_ns = 1_763_780_000_000_000_000 + 700_000  # 0.7 ms into a millisecond
+        os.utime(q.files[0].path, ns=(first_ns, first_ns))
+        assert q.expired_by_time(0, now_ms=first_ns // 1_000_000) == 1
+        assert q.expired_by_time(1, now_ms=first_ns // 1_000_000) == 0
+    finally:
+        q.close()
