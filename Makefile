@@ -32,9 +32,9 @@ $(CLIENTS)/.installed: $(STAMP) $(CLIENT_REQS)
 setup: $(STAMP) $(CLIENTS)/.installed
 	@if [ -f compat_tests/node/package.json ]; then \
 	  (cd compat_tests/node && npm ci --no-audit --no-fund --loglevel=error); fi
-	@command -v java >/dev/null 2>&1 || { \
-	  echo "installing a Java runtime for Spark"; \
-	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jre-headless) ; }
+	@command -v javac >/dev/null 2>&1 || { \
+	  echo "installing a JDK (Spark, the stock Java RocketMQ servers and the Java client programs)"; \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jdk-headless) ; }
 
 serve: $(STAMP)
 	$(BIN)/rmqgate serve

@@ -1,9 +1,11 @@
 """Compat suite set-up: a name server + broker to test against, and per-test unique names.
 
 ``--namesrv HOST:PORT`` (or env RMQ_NAMESRV) points the suite at a running cluster — rmqgate or an
-Apache RocketMQ 4.9 name server + broker. Without it, ``rmqgate serve`` is started on free ports
-with a temporary store and a broker.conf, and stopped with SIGTERM at the end; its log is dumped
-in the summary when a test failed. Assertions use only the protocol and client-visible behaviour.
+Apache RocketMQ 4.9 name server + broker; ``--target java`` starts the stock 4.9.8 name server and
+broker (compat_tests/java.py) and runs the suite against them. Otherwise ``rmqgate serve`` is
+started on free ports with a temporary store and a broker.conf, and stopped with SIGTERM at the
+end. Logs are dumped in the summary when a test failed. Assertions use only the protocol and
+client-visible behaviour. ``java_cluster`` is the stock pair for tests that compare both brokers.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from rmqgate.compat_tests import java
 from rmqgate.compat_tests.servers import ServerProcess, discover_broker, log_tail
 from rmqgate.compat_tests.wire_client import WireClient, wait_until
 
@@ -45,9 +48,70 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=os.environ.get("RMQ_NAMESRV"),
         help="name server HOST:PORT to test against (env RMQ_NAMESRV); default: start `rmqgate serve`",
     )
+    group.addoption(
+        "--target",
+        choices=("rmqgate", "java"),
+        default=os.environ.get("RMQ_TARGET", "rmqgate"),
+        help="without --namesrv: start `rmqgate serve` (default) or the stock Java 4.9.8 name server + broker",
+    )
 
 
 _STARTED: list[ServerProcess] = []
+_JAVA_STARTED: list[java.JavaServer] = []
+
+
+def start_java_cluster(workdir: Path) -> tuple[Cluster, list[java.JavaServer]]:
+    """A stock 4.9.8 name server and broker on free ports, ready; the caller stops both."""
+    reason = java.missing()
+    if reason:
+        raise RuntimeError(reason)
+    namesrv = java.JavaNameServer(workdir / "namesrv")
+    servers: list[java.JavaServer] = [namesrv]
+    _JAVA_STARTED.append(namesrv)
+    try:
+        namesrv.wait_ready()
+        broker = java.JavaBroker(workdir / "broker", namesrv.addr)
+        servers.append(broker)
+        _JAVA_STARTED.append(broker)
+        broker.wait_ready()
+        addr, name, cluster_name = discover_broker(namesrv.addr)
+    except BaseException:
+        for server in reversed(servers):
+            server.stop()
+        raise
+    cluster = Cluster(
+        namesrv.addr, addr, name, cluster_name, True, broker.log_path, workdir / "broker" / "store"
+    )
+    return cluster, servers
+
+
+@pytest.fixture(scope="session")
+def java_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """The stock Java 4.9.8 name server + broker (session-wide), for tests that compare both."""
+    cluster, servers = start_java_cluster(tmp_path_factory.mktemp("java-cluster"))
+    try:
+        yield cluster
+    finally:
+        for server in reversed(servers):
+            server.stop()
+
+
+@pytest.fixture(scope="session")
+def java_classes(tmp_path_factory: pytest.TempPathFactory) -> dict[int, Path]:
+    """compat_tests/java/*.java compiled against each Java client generation."""
+    out = tmp_path_factory.mktemp("java-classes")
+    return {v: java.compiled_clients(v, out) for v in java.CLIENT_VERSIONS}
+
+
+@pytest.fixture(scope="session")
+def broker_pair(
+    request: pytest.FixtureRequest, java_cluster: Cluster, java_classes: dict[int, Path], tmp_path_factory
+) -> java.BrokerPair:
+    """rmqgate and the stock Java broker, each with its own name server, for side-by-side runs."""
+    rmqgate = request.getfixturevalue("rmqgate_cluster")
+    return java.BrokerPair(
+        {"rmqgate": rmqgate, "java": java_cluster}, java_classes, tmp_path_factory.mktemp("java-client-logs")
+    )
 
 
 @pytest.fixture(scope="session")
@@ -58,6 +122,15 @@ def cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
         addr, name, cluster_name = discover_broker(namesrv)
         yield Cluster(namesrv, addr, name, cluster_name, started_here=False)
         return
+    if request.config.getoption("--target") == "java":
+        yield request.getfixturevalue("java_cluster")
+        return
+    yield request.getfixturevalue("rmqgate_cluster")
+
+
+@pytest.fixture(scope="session")
+def rmqgate_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """`rmqgate serve` on free ports with a temporary store (session-wide)."""
     workdir = tmp_path_factory.mktemp("rmqgate-compat")  # pytest keeps only the last few runs
     server = ServerProcess(workdir)
     _STARTED.append(server)
@@ -148,8 +221,15 @@ def make_topic(cluster: Cluster, broker: WireClient) -> object:
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatus: int) -> None:
-    if not _STARTED or not (terminalreporter.stats.get("failed") or terminalreporter.stats.get("error")):
+    if java.MATRIX:
+        terminalreporter.write_sep("=", "Java client programs: checks held on each broker")
+        for line in java.matrix_table():
+            terminalreporter.write_line(line)
+    if not (terminalreporter.stats.get("failed") or terminalreporter.stats.get("error")):
         return
     for server in _STARTED:
         terminalreporter.write_sep("=", f"rmqgate serve --role {server.role} log (tail): {server.log_path}")
         terminalreporter.write_line(log_tail(server.log_path))
+    for jserver in _JAVA_STARTED:
+        terminalreporter.write_sep("=", f"Java {jserver.launcher} log (tail): {jserver.log_path}")
+        terminalreporter.write_line(log_tail(jserver.log_path, 60))
