@@ -1,0 +1,142 @@
+"""Mixed clusters with the stock Java 4.9.8 servers: one cluster, one rmqgate broker and one Java
+broker, registered with rmqgate's name server (``--role namesrv``) or with Java's. One topic lives on
+both brokers; stock Java clients (4.9.8 and 5.3.3, both header serializations) route over both,
+send to the queues of both and consume every message from both (compat_tests/java/CrossBroker.java).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from rmqgate.compat_tests import java
+from rmqgate.compat_tests.drivers import DriverError
+from rmqgate.compat_tests.servers import BROKER_CONF, ServerProcess, log_tail
+from rmqgate.compat_tests.wire_client import WireClient, loads, wait_until
+from rmqgate.wire.codes import ResponseCode
+
+pytestmark = [pytest.mark.slow, pytest.mark.java]
+
+CLUSTER = "MixedCluster"
+JAVA_BROKER = "mixed-java-a"
+GATE_BROKER = "mixed-rmqgate-b"
+
+
+@dataclasses.dataclass
+class Mixed:
+    """A name server with a Java broker and an rmqgate broker of one cluster registered."""
+
+    namesrv_kind: str  # "rmqgate" or "java"
+    namesrv: str
+    brokers: dict[str, str]  # brokerName -> address
+    logs: list[Path]
+
+    def log_tails(self) -> str:
+        return "\n".join(f"--- {path}\n{log_tail(path, 40)}" for path in self.logs)
+
+
+def registered(namesrv: str) -> dict[str, str]:
+    """brokerName -> master address of every broker of CLUSTER the name server lists."""
+    try:
+        with WireClient(namesrv, timeout=3) as ns:
+            info = ns.cluster_info()
+    except (OSError, AssertionError, ValueError):
+        return {}
+    names = (info.get("clusterAddrTable") or {}).get(CLUSTER) or []
+    table = info.get("brokerAddrTable") or {}
+    return {name: table[name]["brokerAddrs"].get("0") for name in names if name in table}
+
+
+@pytest.fixture(scope="module", params=["rmqgate", "java"], ids=lambda k: f"{k}-namesrv")
+def mixed(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mixed]:
+    reason = java.missing()
+    if reason:
+        pytest.fail(reason)  # the java mark selects this module: a missing JDK is a failure, not a pass
+    workdir = tmp_path_factory.mktemp(f"mixed-{request.param}")
+    stops: list[object] = []
+    try:
+        if request.param == "rmqgate":
+            (workdir / "namesrv").mkdir()
+            ns_proc = ServerProcess(workdir / "namesrv", role="namesrv")
+            stops.append(ns_proc)
+            ns_proc.wait_ready()
+            namesrv, ns_log = ns_proc.namesrv, ns_proc.log_path
+        else:
+            java_ns = java.JavaNameServer(workdir / "namesrv")
+            stops.append(java_ns)
+            java_ns.wait_ready()
+            namesrv, ns_log = java_ns.addr, java_ns.log_path
+        jbroker = java.JavaBroker(workdir / "java-broker", namesrv, name=JAVA_BROKER, cluster=CLUSTER)
+        stops.append(jbroker)
+        conf = BROKER_CONF.replace("compat-broker-a", GATE_BROKER).replace("CompatCluster", CLUSTER)
+        (workdir / "rmqgate-broker").mkdir()
+        gate = ServerProcess(workdir / "rmqgate-broker", role="broker", namesrv_addr=namesrv, conf=conf)
+        stops.append(gate)
+        gate.wait_ready()
+        jbroker.wait_ready()
+        want = {JAVA_BROKER: jbroker.addr, GATE_BROKER: gate.broker}
+        assert wait_until(lambda: registered(namesrv) == want, timeout=30), (
+            f"both brokers never registered with the {request.param} name server: {registered(namesrv)}"
+        )
+        yield Mixed(request.param, namesrv, want, [ns_log, jbroker.log_path, gate.log_path])
+    finally:
+        for server in reversed(stops):
+            server.stop()  # type: ignore[attr-defined]
+
+
+def create_on_both(mixed: Mixed, topic: str, queues: int = 4) -> list[dict]:
+    """The topic created on each broker; the name server's route then lists both brokerDatas."""
+    for name, addr in mixed.brokers.items():
+        with WireClient(addr) as b:
+            resp = b.create_topic(topic, queues)
+        assert resp.code == ResponseCode.SUCCESS, f"UPDATE_AND_CREATE_TOPIC on {name}: {resp!r}"
+
+    def both_routed() -> dict | None:
+        with WireClient(mixed.namesrv) as ns:
+            resp = ns.route(topic)
+        if resp.code != ResponseCode.SUCCESS:
+            return None
+        route = loads(resp.body)
+        return route if {bd["brokerName"] for bd in route["brokerDatas"]} == set(mixed.brokers) else None
+
+    route = wait_until(both_routed, timeout=30, interval=0.2)
+    assert route, f"{topic} never routed to both brokers by the {mixed.namesrv_kind} name server"
+    return route
+
+
+def test_route_lists_both_brokers(mixed: Mixed, uniq) -> None:
+    topic = uniq()
+    route = create_on_both(mixed, topic, 4)
+    addrs = {bd["brokerName"]: (bd["cluster"], bd["brokerAddrs"]) for bd in route["brokerDatas"]}
+    assert addrs == {name: (CLUSTER, {"0": addr}) for name, addr in mixed.brokers.items()}
+    queues = {
+        q["brokerName"]: (q["readQueueNums"], q["writeQueueNums"], q["perm"]) for q in route["queueDatas"]
+    }
+    assert queues == dict.fromkeys(mixed.brokers, (4, 4, 6))
+
+
+@pytest.mark.parametrize("serialization", java.SERIALIZATIONS)
+@pytest.mark.parametrize("version", java.CLIENT_VERSIONS, ids=lambda v: f"client{v}")
+def test_java_clients_produce_and_consume_across_both_brokers(
+    mixed: Mixed, java_classes: dict[int, Path], uniq, tmp_path: Path, version: int, serialization: str
+) -> None:
+    topic = uniq()
+    create_on_both(mixed, topic, 4)
+    args = {"namesrv": mixed.namesrv, "topic": topic, "group": uniq("cg"), "count": 16,
+            "brokers": sorted(mixed.brokers)}  # fmt: skip
+    proc = java.java_client(
+        version, java_classes[version], "CrossBroker", args, serialization=serialization,
+        log_dir=tmp_path, timeout=120,
+    )  # fmt: skip
+    try:
+        result = proc.result()
+    except DriverError as e:
+        pytest.fail(f"{e}\n{mixed.log_tails()}")
+    failed = [c for c in result["checks"] if not c["ok"]]
+    assert result.get("exception") is None and not failed and len(result["checks"]) == 8, (
+        java.detail({mixed.namesrv_kind + " namesrv": result}) + "\n" + mixed.log_tails()
+    )
+    assert set(result["data"]["sentPerBroker"]) == set(mixed.brokers)
