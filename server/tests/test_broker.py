@@ -311,6 +311,43 @@ async def test_batch_messages_store_the_properties_the_java_broker_in_the_corpus
 
 
 @async_test
+async def test_a_5x_client_batch_stores_each_message_under_its_own_id(Broker) -> None:
+    """A 5.x client's batch (DefaultMQProducer.batch) carries a UNIQ_KEY of its own in the request's
+    properties besides each message's, and the send answers the messages' ids. 4.9.8 and 5.3.3 append
+    the request's properties after each message's, so every message is read back and indexed under the
+    batch's id; rmqgate leaves the batch's id out and appends the rest (WAIT, CLUSTER) as they do."""
+    ids = [f"7F0000010001{i:020X}" for i in range(3)]
+    entries = [
+        BatchEntry(body=b"m%d" % i, properties={"WAIT": "true", "UNIQ_KEY": uid}) for i, uid in enumerate(ids)
+    ]
+    batch_id = "7F00000100010000000000000000FFFF"
+    async with Broker() as b:
+        c = await b.client()
+        request = send_v2("B5", encode_batch(entries), uniq=batch_id)
+        request.code = R.SEND_BATCH_MESSAGE
+        request.ext_fields["m"] = "true"
+        assert (await c.invoke(request)).code == 0
+        msgs = list(iter_messages((await c.invoke(pull_cmd("B5", 0))).body))
+        assert [m.properties["UNIQ_KEY"] for m in msgs] == ids  # 4.9.8: [batch_id] * 3
+        for uid in ids:  # the id the client's SendResult gave finds its message in the index
+            query = {**query_ext("B5", uid), "_UNIQUE_KEY_QUERY": "true"}
+            for _ in range(100):  # the index is built as the messages are dispatched
+                found = await c.invoke(RemotingCommand.request(R.QUERY_MESSAGE, query))
+                if found.code == 0:
+                    break
+                await asyncio.sleep(0.05)
+            assert found.code == 0, found.remark
+            assert [m.properties["UNIQ_KEY"] for m in iter_messages(found.body)] == [uid]
+        await c.aclose()
+        cluster = b.broker.config.brokerClusterName
+    for m, uid in zip(msgs, ids, strict=True):
+        raw = m.properties_raw or ""
+        assert batch_id not in raw and raw.count("UNIQ_KEY") == 1
+        assert raw.startswith(format_properties({"WAIT": "true", "UNIQ_KEY": uid}))
+        assert raw.count("WAIT\x01true") == 2 and f"CLUSTER\x01{cluster}" in raw
+
+
+@async_test
 async def test_long_polling_wakes_on_arrival_and_times_out(Broker) -> None:
     """A held pull's answer, woken or timed out, is written by the hold service (Java's
     executeRequestWhenWakeup), not the callback that gives it the request's serialization: JSON
