@@ -30,6 +30,11 @@ CASES = [
         ["floor  plain sends", "transactions (commit)", "check-backs", "delay delivery"],
     ),
     (
+        "java_vs_rmqgate.py",
+        ["--seconds", "1", "--warmup", "2", "--rounds", "1", "--threads", "2"],
+        ["rmqgate / Java TPS per round, 2 threads:", "CPU us/msg"],
+    ),
+    (
         "replay.py",
         ["--requests", "100", "--rounds", "1", "--pipelined", "200"],
         ["sync recording", "pipelined"],
@@ -40,6 +45,8 @@ CASES = [
         ["floor: the same plans", "local[1]:"],
     ),
 ]
+#: scripts that run the stock Java servers (compat_tests/java.py): deselected with -m "not java"
+NEEDS_JAVA = {"java_vs_rmqgate.py"}
 
 
 def test_every_benchmark_has_a_case() -> None:
@@ -47,7 +54,11 @@ def test_every_benchmark_has_a_case() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("script", "args", "expect"), CASES, ids=[c[0] for c in CASES])
+@pytest.mark.parametrize(
+    ("script", "args", "expect"),
+    [pytest.param(*c, marks=pytest.mark.java) if c[0] in NEEDS_JAVA else c for c in CASES],
+    ids=[c[0] for c in CASES],
+)
 def test_benchmark_runs_and_reports(script: str, args: list[str], expect: list[str], tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, str(BENCH / script), *args],
