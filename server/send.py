@@ -64,6 +64,7 @@ _BATCH = RequestCode.SEND_BATCH_MESSAGE
 _MULTI_TAGS = MessageSysFlag.MULTI_TAGS
 _BORN_V6 = MessageSysFlag.BORNHOST_V6
 _PUT_OK = PutMessageStatus.PUT_OK
+_TX_HALF_TYPES = (MessageSysFlag.TRANSACTION_PREPARED, MessageSysFlag.TRANSACTION_ROLLBACK)
 _randrange = random.randrange
 _pack_frame_prefix = FRAME_PREFIX.pack
 _JSON = int(SerializeType.JSON)
@@ -105,6 +106,20 @@ def _wait_store_msg_ok(wait: str | None) -> bool:
     """``isWaitStoreMsgOK``: WAIT absent or "true" (any case). Under SYNC_FLUSH only such a send is
     answered after its group commit; the others at once (the commit happens all the same)."""
     return wait is None or wait.lower() == "true"
+
+
+def _parked_with_wait(props: dict[str, str], sys_flag: int) -> bool:
+    """Whether the store parks the message under SCHEDULE_TOPIC_XXXX (a DELAY level above 0 on a
+    message that is no transaction's prepared or rolled-back half). ``CommitLog.putMessage`` then
+    writes the properties string again from the map, WAIT included, so 4.9.8 stores a delayed
+    message's WAIT (and delivers it) where it drops a plain message's."""
+    level = props.get(PROPERTY_DELAY)
+    if level is None or transaction_type(sys_flag) in _TX_HALF_TYPES:
+        return False
+    try:
+        return parse_java_int(level) > 0
+    except ValueError:  # the store refuses it
+        return False
 
 
 def born_address(channel: Channel) -> tuple[bytes, int, int]:
@@ -225,6 +240,8 @@ class SendMessageProcessor(RequestProcessor):
                 props[PROPERTY_WAIT] = wait
             sys_flag = reset_transaction(sys_flag, 0)
             topic, queue_id = RMQ_SYS_TRANS_HALF_TOPIC, 0
+        elif wait is not None and _parked_with_wait(props, sys_flag):
+            props[PROPERTY_WAIT] = wait
         msg = MessageExt(
             topic, body, h.flag, queue_id, 0, 0, sys_flag, h.born_timestamp, born_host, born_port,
             0, b"\x00\x00\x00\x00", 0, h.reconsume_times or 0, 0, props,

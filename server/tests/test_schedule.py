@@ -237,3 +237,30 @@ async def test_delivered_messages_carry_what_the_java_broker_in_the_corpus_gave(
             k: v for k, v in java[kind].items() if k not in named
         }, kind
     assert got["delayed"]["REAL_TOPIC"] == "CB" and got["retried"]["REAL_TOPIC"] == "%RETRY%CG"
+
+
+@async_test
+async def test_a_delayed_message_keeps_its_wait_property_as_4_9_8_stores_it(tmp_path: Path) -> None:
+    """4.9.8 drops a send's WAIT from the properties it stores, but ``CommitLog.putMessage`` writes
+    a delayed message's properties string again from the map, WAIT included: the parked message and
+    the one delivered when due carry WAIT as sent (a stock Java consumer sees it); a plain send and a
+    DELAY of 0 are stored without it."""
+    broker = make_broker(tmp_path / "s")
+    await broker.start()
+    try:
+        c = await RemotingClient.connect("127.0.0.1", broker.port)
+        for level, body in ((1, b"later"), (0, b"now")):
+            request = delayed("DW", level, body)
+            props = parse_properties(request.ext_fields["i"])  # type: ignore[index]
+            request.ext_fields["i"] = format_properties({**props, "WAIT": "true"})  # type: ignore[index]
+            assert (await c.invoke(request)).code == ResponseCode.SUCCESS
+        (parked,) = stored(broker, SCHEDULE_TOPIC, 0)
+        assert parked.properties["WAIT"] == "true"
+        await wait_for(lambda: broker.store.get_max_offset_in_queue("DW", 2) == 2, 10)
+        now, later = stored(broker, "DW", 2)
+        assert (bytes(now.body), bytes(later.body)) == (b"now", b"later")
+        assert "WAIT" not in now.properties
+        assert later.properties["WAIT"] == "true" and later.properties["DELAY"] == "1"
+        await c.aclose()
+    finally:
+        await broker.stop()
