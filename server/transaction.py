@@ -226,6 +226,9 @@ class TransactionalMessageService:
 
     async def check(self) -> int:
         """One pass over the half queue; returns the number of checks sent."""
+        # a pass looks the half topic up and creates it when missing (1 queue, read-write), as
+        # TransactionalMessageBridge.fetchMessageQueues does: it is listed from the first pass on
+        self.broker.topics.create_in_send_back(RMQ_SYS_TRANS_HALF_TOPIC, 1, PERM_RW, 0)
         store = self.store
         start = _now_ms()
         i = self.half_offset

@@ -557,3 +557,18 @@ def test_check_requests_go_to_the_group_producers_in_turn() -> None:
     full.closed = True
     assert producers.any_channel("pg") is None
     assert producers.any_channel("nobody") is None
+
+
+@async_test
+async def test_a_check_pass_creates_the_half_topic_as_java_does(tmp_path: Path) -> None:
+    broker = make_broker(tmp_path / "s")
+    await broker.start()
+    try:
+        assert broker.topics.get(RMQ_SYS_TRANS_HALF_TOPIC) is None
+        assert await broker.transactions.check() == 0
+        half = broker.topics.get(RMQ_SYS_TRANS_HALF_TOPIC)
+        assert half is not None, "mqadmin topicList on a 4.9.8 broker lists the half topic after one pass"
+        assert (half["readQueueNums"], half["writeQueueNums"], half["perm"]) == (1, 1, 6)
+        assert broker.topics.get(RMQ_SYS_TRANS_OP_HALF_TOPIC) is None
+    finally:
+        await broker.stop()
