@@ -646,12 +646,10 @@ class AdminBrokerProcessor(RequestProcessor):
             "getMessageEntireTimeMax": "0",
             "putLatency99": "0.00",
             "putLatency999": "0.00",
-            "brokerClusterName": config.brokerClusterName,
-            "brokerName": config.brokerName,
         }
         for key, name in _QUEUE_CAPACITIES.items():
             table[key] = props[name]
-        table.update({k: str(v) for k, v in store.runtime_info().items()})
+        table.update({k: str(v) for k, v in store.runtime_info().items() if k != "flushDiskType"})
         root = store.config.store_path_root_dir  # (the CommitLog is always its commitlog/ directory)
         table[f"commitLogDiskRatio_{os.path.join(root, 'commitlog')}"] = table["commitLogDiskRatio"]
         for level, offset in store.meta.delay_offsets().items():  # ScheduleMessageService.buildRunningStats

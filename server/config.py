@@ -123,6 +123,7 @@ def _broker_java_defaults() -> dict[str, str]:
         "queryThreadPoolQueueCapacity": "20000", "clientManagerThreadPoolQueueCapacity": "1000000",
         "consumerManagerThreadPoolQueueCapacity": "1000000", "heartbeatThreadPoolQueueCapacity": "50000",
         "endTransactionPoolQueueCapacity": "100000", "filterServerNums": "0", "highSpeedMode": "false",
+        "isEnableBatchPush": "false",
         "commercialEnable": "true", "commercialTimerCount": "1", "commercialTransCount": "1",
         "commercialBigCount": "1", "commercialBaseCount": "1", "transferMsgByHeap": "true",
         "maxDelayTime": "40", "slaveReadEnable": "false", "disableConsumeIfConsumerReadSlowly": "false",
@@ -249,6 +250,14 @@ class BrokerConfig(PropertiesConfig):
     )  # AdminBrokerProcessor.initConfigBlackList
     java_defaults: ClassVar[Callable[[], dict[str, str]]] = _broker_java_defaults
     extra: dict[str, str] = field(default_factory=dict)
+
+    def to_properties(self) -> dict[str, str]:
+        out = super().to_properties()
+        # keys Java always has a value for: brokerIP2 defaults to the host's address (rmqgate
+        # announces brokerIP1 for HA when it is unset), the CommitLog to the store root's commitlog/
+        out.setdefault("brokerIP2", self.brokerIP1)
+        out.setdefault("storePathCommitLog", os.path.join(self.storePathRootDir, "commitlog"))
+        return out
 
     def check_role(self) -> None:
         """BrokerStartup's rules: a master's brokerId is 0, a slave's must be above 0; an unknown

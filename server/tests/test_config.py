@@ -159,6 +159,9 @@ def test_the_config_text_has_the_keys_java_reports_with_java_defaults(tmp_path: 
     assert (props["filterServerNums"], props["useTLS"], props["transferMsgByHeap"]) == ("0", "false", "true")
     assert (props["slaveReadEnable"], props["haListenPort"]) == ("true", "20912")
     assert "somethingElse" not in props  # not a Java key: dropped, as properties2Object drops it
+    # keys Java always reports (mqadmin getBrokerConfig on a 4.9.8 broker lists them unset too)
+    assert (props["brokerIP2"], props["isEnableBatchPush"]) == (props["brokerIP1"], "false")
+    assert props["storePathCommitLog"] == str(Path(props["storePathRootDir"]) / "commitlog")
     assert len(props) > 170
     namesrv = parse_properties_text(NamesrvConfig().properties_text())
     assert (namesrv["serverWorkerThreads"], namesrv["serverChannelMaxIdleTimeSeconds"]) == ("8", "120")
