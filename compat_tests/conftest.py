@@ -22,6 +22,7 @@ import pytest
 from rmqgate.compat_tests import java
 from rmqgate.compat_tests.servers import ServerProcess, discover_broker, log_tail
 from rmqgate.compat_tests.wire_client import WireClient, wait_until
+from rmqgate.wire.codes import RequestCode
 
 
 @dataclasses.dataclass
@@ -220,10 +221,33 @@ def make_topic(cluster: Cluster, broker: WireClient) -> object:
     return make
 
 
+@pytest.fixture
+def dispatched(cluster: Cluster) -> object:
+    """``dispatched(topic, queue_id, count, broker=None)``: wait until the queue's max offset reaches
+    ``count``. A Java broker answers a send once the message is in its CommitLog and adds it to the
+    consume queue just after (ReputMessageService, every millisecond), so a pull, an offset or the
+    topic stats read right after the send may not see it yet; rmqgate does both before answering."""
+
+    def wait(topic: str, queue_id: int, count: int, broker: str | None = None, timeout: float = 10) -> None:
+        def max_offset() -> int:
+            with WireClient(broker or cluster.broker) as c:
+                resp = c.invoke(RequestCode.GET_MAX_OFFSET, {"topic": topic, "queueId": queue_id})
+            return int(resp.ext_fields["offset"]) if resp.code == 0 else -1
+
+        got = wait_until(lambda: max_offset() >= count, timeout=timeout, interval=0.02)
+        assert got, f"{topic} queue {queue_id}: max offset {max_offset()}, {count} messages sent"
+
+    return wait
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatus: int) -> None:
     if java.MATRIX:
         terminalreporter.write_sep("=", "Java client programs: checks held on each broker")
         for line in java.matrix_table():
+            terminalreporter.write_line(line)
+    if java.MQADMIN:
+        terminalreporter.write_sep("=", "stock mqadmin commands: rmqgate vs the Java name server and broker")
+        for line in java.mqadmin_table():
             terminalreporter.write_line(line)
     if not (terminalreporter.stats.get("failed") or terminalreporter.stats.get("error")):
         return

@@ -20,11 +20,15 @@ pytestmark = pytest.mark.slow
 SEND_OK = 0
 
 
-def stored(cluster, topic, queues=4):
+def stored(cluster, topic, queues=4, expect=0):
+    """What the broker stored, {queue: messages}, once it holds ``expect`` messages (a Java broker
+    adds a message to its consume queue just after it answered the send)."""
+    wait_until(lambda: sum(map(len, stored_messages(cluster.broker, topic, queues).values())) >= expect)
     return stored_messages(cluster.broker, topic, queues)
 
 
-def stored_bodies(cluster, topic, queues=4):
+def stored_bodies(cluster, topic, queues=4, expect=0):
+    wait_until(lambda: len(wire_stored_bodies(cluster.broker, topic, queues)) >= expect)
     return wire_stored_bodies(cluster.broker, topic, queues)
 
 
@@ -42,7 +46,7 @@ def test_send_sync_and_async(cluster, uniq, make_topic, client_home, mode):
     assert len(res["results"]) == 6
     assert all(r["status"] == SEND_OK for r in res["results"])
     assert len({r["msg_id"] for r in res["results"]}) == 6
-    msgs = [m for ms in stored(cluster, topic).values() for m in ms]
+    msgs = [m for ms in stored(cluster, topic, expect=6).values() for m in ms]
     assert sorted(bytes(m.body).decode() for m in msgs) == [f"body-{i}" for i in range(6)]
     by_body = {bytes(m.body).decode(): m for m in msgs}
     for i in range(6):
@@ -68,7 +72,7 @@ def test_send_to_auto_created_topic(cluster, uniq, client_home):
     topic = uniq("auto")
     res = produce(cluster, client_home, topic, uniq("pg"), mode="sync", count=2)
     assert [r["status"] for r in res["results"]] == [SEND_OK, SEND_OK]
-    assert stored_bodies(cluster, topic) == ["body-0", "body-1"]
+    assert stored_bodies(cluster, topic, expect=2) == ["body-0", "body-1"]
 
 
 def test_send_orderly_keeps_keys_on_one_queue(cluster, uniq, make_topic, client_home):
@@ -76,7 +80,7 @@ def test_send_orderly_keeps_keys_on_one_queue(cluster, uniq, make_topic, client_
     order_keys = [0, 1, 2]
     res = produce(cluster, client_home, topic, uniq("pg"), mode="orderly", count=12, order_keys=order_keys)
     assert all(r["status"] == SEND_OK for r in res["results"])
-    queues = stored(cluster, topic)
+    queues = stored(cluster, topic, expect=12)
     for key in order_keys:
         # hashing_queue_selector: arg % number of queues
         want = [f"body-{i}" for i in range(12) if order_keys[i % 3] == key]
@@ -95,7 +99,7 @@ def test_batch_send_is_unpacked_into_messages(cluster, uniq, make_topic, client_
     topic = make_topic(uniq())
     res = produce(cluster, client_home, topic, uniq("pg"), mode="batch", count=3)
     assert [r["status"] for r in res["results"]] == [SEND_OK]
-    msgs = [m for ms in stored(cluster, topic).values() for m in ms]
+    msgs = [m for ms in stored(cluster, topic, expect=3).values() for m in ms]
     assert sorted(bytes(m.body).decode() for m in msgs) == ["body-0", "body-1", "body-2"]
     assert sorted(m.properties["KEYS"] for m in msgs) == ["key-0", "key-1", "key-2"]
 

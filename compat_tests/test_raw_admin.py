@@ -215,7 +215,7 @@ def test_broker_runtime_info_has_what_mqadmin_reads(cluster, broker):
     assert all(isinstance(v, str) for v in table.values())
 
 
-def test_broker_runtime_totals_count_puts_and_pulled_messages(cluster, uniq, make_topic, broker):
+def test_broker_runtime_totals_count_puts_and_pulled_messages(cluster, uniq, make_topic, broker, dispatched):
     """msgPutTotalTodayNow / msgGetTotalTodayNow (mqadmin clusterList's #InTotalToday) move with
     messages stored and messages handed to pulls. (Other clients of the broker may add to them.)"""
     topic = make_topic(uniq(), queues=1)
@@ -227,6 +227,7 @@ def test_broker_runtime_totals_count_puts_and_pulled_messages(cluster, uniq, mak
     put0, get0 = totals()
     for i in range(5):
         assert broker.send_message(topic, b"%d" % i, queue_id=0).code == ResponseCode.SUCCESS
+    dispatched(topic, 0, 5)
     resp = broker.pull(uniq("g"), topic, 0, 0, max_nums=3, sys_flag=PULL_SUBSCRIPTION, subscription="*")
     assert resp.code == ResponseCode.SUCCESS
     put1, get1 = totals()
@@ -255,11 +256,12 @@ def test_view_broker_stats_data(cluster, uniq, make_topic, broker):
     assert "not exist" in resp.remark
 
 
-def test_topic_stats_and_consume_stats(cluster, uniq, make_topic, broker):
+def test_topic_stats_and_consume_stats(cluster, uniq, make_topic, broker, dispatched):
     topic = make_topic(uniq(), queues=2)
     group = uniq("g")
     for _ in range(3):
         broker.send_message(topic, b"s", queue_id=1)
+    dispatched(topic, 1, 3)
     resp = broker.invoke(RequestCode.GET_TOPIC_STATS_INFO, {"topic": topic})
     assert resp.code == ResponseCode.SUCCESS
     # offsetTable keys are MessageQueue objects (fastjson), so read the values textually

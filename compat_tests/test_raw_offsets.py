@@ -39,10 +39,11 @@ def reset_offset(c, topic, group, timestamp, force=False, **kw):
     )
 
 
-def test_fresh_group_offset_in_memory_queue_is_zero(cluster, uniq, make_topic, broker):
+def test_fresh_group_offset_in_memory_queue_is_zero(cluster, uniq, make_topic, broker, dispatched):
     """ConsumerManageProcessor: no stored offset, min offset 0 and message 0 not swapped out -> 0."""
     topic = make_topic(uniq(), queues=1)
     broker.send_message(topic, b"x")
+    dispatched(topic, 0, 1)
     resp = query_offset(broker, uniq("g"), topic, 0)
     assert resp.code == ResponseCode.SUCCESS
     assert resp.ext_fields["offset"] == "0"
@@ -79,7 +80,7 @@ def test_update_and_query_consumer_offset(cluster, uniq, make_topic, ser):
 
 
 @pytest.mark.parametrize("ser", SERIALIZATIONS)
-def test_min_max_offsets_and_store_times(cluster, uniq, make_topic, ser):
+def test_min_max_offsets_and_store_times(cluster, uniq, make_topic, dispatched, ser):
     topic = make_topic(uniq(), queues=2)
     with cluster.broker_client(serialize_type=ser) as c:
         t_before = int(time.time() * 1000) - 5
@@ -87,6 +88,7 @@ def test_min_max_offsets_and_store_times(cluster, uniq, make_topic, ser):
             c.send_message(topic, f"{i}".encode(), queue_id=0)
             time.sleep(0.02)
         t_after = int(time.time() * 1000) + 5
+        dispatched(topic, 0, 4)
         q = {"topic": topic, "queueId": 0}
         resp = c.invoke(RequestCode.GET_MAX_OFFSET, q)
         assert (resp.code, resp.ext_fields["offset"]) == (ResponseCode.SUCCESS, "4")
@@ -152,7 +154,7 @@ def test_query_message_by_key_and_unique_key(cluster, uniq, make_topic, broker):
     assert query("no-such-key").code == ResponseCode.QUERY_NOT_FOUND
 
 
-def reset_scene(cluster, uniq, make_topic, broker):
+def reset_scene(cluster, uniq, make_topic, broker, dispatched):
     """Queue 0: three messages well before ``t_mid``, two right after; queue 1: one after. The group
     has committed offsets 5 and 0. (The search by time answers the nearest message, either side.)"""
     topic = make_topic(uniq(), queues=2)
@@ -164,17 +166,19 @@ def reset_scene(cluster, uniq, make_topic, broker):
     time.sleep(0.01)
     for qid in (0, 0, 1):
         broker.send_message(topic, b"late", queue_id=qid)
+    dispatched(topic, 0, 5)
+    dispatched(topic, 1, 1)
     commit_offset(broker, group, topic, 0, 5)
     commit_offset(broker, group, topic, 1, 0)
     return topic, group, t_mid
 
 
 @pytest.mark.parametrize("lang", [LanguageCode.JAVA, LanguageCode.CPP], ids=["java", "cpp"])
-def test_reset_offset_by_time_tells_every_consumer(cluster, uniq, make_topic, broker, lang):
+def test_reset_offset_by_time_tells_every_consumer(cluster, uniq, make_topic, broker, dispatched, lang):
     """Broker2Client.resetOffset: the offset at the time per queue, the committed one where that is
     lower unless forced; each consumer gets RESET_CONSUMER_CLIENT_OFFSET (C++ consumers the list form
     they read) and commits the offsets itself, so the broker's table is unchanged."""
-    topic, group, t_mid = reset_scene(cluster, uniq, make_topic, broker)
+    topic, group, t_mid = reset_scene(cluster, uniq, make_topic, broker, dispatched)
     name = cluster.broker_name
     with cluster.broker_client(language=lang) as consumer:
         heartbeat = consumer.heartbeat(uniq("client"), consumers=[{"group": group, "topics": {topic: "*"}}])
@@ -205,8 +209,8 @@ def test_reset_offset_by_time_tells_every_consumer(cluster, uniq, make_topic, br
         assert mq_offset_table(resp.body) == {(topic, name, 0): 5, (topic, name, 1): 1}
 
 
-def test_reset_offset_refusals(cluster, uniq, make_topic, broker):
-    topic, group, t_mid = reset_scene(cluster, uniq, make_topic, broker)
+def test_reset_offset_refusals(cluster, uniq, make_topic, broker, dispatched):
+    topic, group, t_mid = reset_scene(cluster, uniq, make_topic, broker, dispatched)
     resp = reset_offset(broker, uniq("missing"), group, t_mid)
     assert resp.code == ResponseCode.SYSTEM_ERROR
     assert "no topic in this broker" in resp.remark

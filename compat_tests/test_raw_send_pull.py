@@ -34,7 +34,7 @@ def pull_all(client, group, topic, queue_id, offset=0, subscription="*", **kw):
 
 @pytest.mark.parametrize("v2", [True, False], ids=["SEND_MESSAGE_V2", "SEND_MESSAGE"])
 @pytest.mark.parametrize("ser", SERIALIZATIONS)
-def test_send_then_pull(cluster, uniq, make_topic, ser, v2):
+def test_send_then_pull(cluster, uniq, make_topic, dispatched, ser, v2):
     topic = make_topic(uniq())
     group = uniq("g")
     with cluster.broker_client(serialize_type=ser) as c:
@@ -50,6 +50,7 @@ def test_send_then_pull(cluster, uniq, make_topic, ser, v2):
             assert "MSG_REGION" in ext and "TRACE_ON" in ext
             sent.append(ext["msgId"])
         assert len(set(sent)) == 3
+        dispatched(topic, 1, 3)
 
         resp = pull_all(c, group, topic, 1)
         assert resp.code == ResponseCode.SUCCESS, resp
@@ -154,7 +155,7 @@ def test_send_oneway_is_stored_without_answer(cluster, uniq, make_topic, broker)
 
 
 @pytest.mark.parametrize("ser", SERIALIZATIONS)
-def test_send_batch_message(cluster, uniq, make_topic, ser):
+def test_send_batch_message(cluster, uniq, make_topic, dispatched, ser):
     topic = make_topic(uniq())
     keys = [uniq_key() for _ in range(3)]
     body = encode_batch(
@@ -166,6 +167,7 @@ def test_send_batch_message(cluster, uniq, make_topic, ser):
         ids = resp.ext_fields["msgId"].split(",")
         assert len(ids) == 3 and all(OFFSET_MSG_ID.match(i) for i in ids)
         assert resp.ext_fields["queueOffset"] == "0"
+        dispatched(topic, 2, 3)
         msgs = decode_messages(pull_all(c, uniq("g"), topic, 2).body)
         assert [bytes(m.body) for m in msgs] == [b"b0", b"b1", b"b2"]
         assert [m.properties["KEYS"] for m in msgs] == ["bk0", "bk1", "bk2"]
@@ -185,7 +187,7 @@ def test_cpp_style_batch_310_with_m_1_is_unpacked(cluster, uniq, make_topic, bro
     assert [bytes(m.body) for m in msgs] == [b"c0", b"c1", b"c2"]
 
 
-def test_pull_status_mapping(cluster, uniq, make_topic, broker):
+def test_pull_status_mapping(cluster, uniq, make_topic, broker, dispatched):
     """PROTOCOL.md §3.2: 19 at the end of a queue or an empty queue at 0, 21 when badly out of range."""
     topic = make_topic(uniq(), queues=2)
     group = uniq("g")
@@ -193,6 +195,7 @@ def test_pull_status_mapping(cluster, uniq, make_topic, broker):
     assert pull_all(broker, group, topic, 1, 5).code == ResponseCode.PULL_OFFSET_MOVED
     for _ in range(2):
         assert broker.send_message(topic, b"m", queue_id=0).code == ResponseCode.SUCCESS
+    dispatched(topic, 0, 2)
     resp = pull_all(broker, group, topic, 0, 2)
     assert resp.code == ResponseCode.PULL_NOT_FOUND
     assert resp.ext_fields["nextBeginOffset"] == "2"
@@ -217,12 +220,13 @@ def test_pull_errors(cluster, uniq, make_topic, broker):
 
 
 @pytest.mark.parametrize("ser", SERIALIZATIONS)
-def test_pull_tag_filtering(cluster, uniq, make_topic, ser):
+def test_pull_tag_filtering(cluster, uniq, make_topic, dispatched, ser):
     topic = make_topic(uniq(), queues=1)
     group = uniq("g")
     with cluster.broker_client(serialize_type=ser) as c:
         for i, tag in enumerate(["TagA", "TagB", "TagC", "TagA", None]):
             assert c.send_message(topic, f"{i}".encode(), tags=tag).code == ResponseCode.SUCCESS
+        dispatched(topic, 0, 5)
         resp = pull_all(c, group, topic, 0, subscription="TagA || TagC")
         assert resp.code == ResponseCode.SUCCESS
         assert [bytes(m.body) for m in decode_messages(resp.body)] == [b"0", b"2", b"3"]
@@ -240,23 +244,25 @@ def test_pull_tag_filtering(cluster, uniq, make_topic, ser):
         assert resp.code == ResponseCode.SUBSCRIPTION_PARSE_FAILED, resp
 
 
-def test_pull_uses_heartbeat_subscription(cluster, uniq, make_topic, broker):
+def test_pull_uses_heartbeat_subscription(cluster, uniq, make_topic, broker, dispatched):
     topic = make_topic(uniq(), queues=1)
     group = uniq("g")
     hb = broker.heartbeat(uniq("client"), consumers=[{"group": group, "topics": {topic: "TagB"}}])
     assert hb.code == ResponseCode.SUCCESS
     for tag in ["TagA", "TagB", "TagA", "TagB"]:
         broker.send_message(topic, tag.encode(), tags=tag)
+    dispatched(topic, 0, 4)
     resp = broker.pull(group, topic, 0, 0, sys_flag=0, sub_version=0)
     assert resp.code == ResponseCode.SUCCESS, resp
     assert [bytes(m.body) for m in decode_messages(resp.body)] == [b"TagB", b"TagB"]
 
 
-def test_pull_commit_offset_side_effect(cluster, uniq, make_topic, broker):
+def test_pull_commit_offset_side_effect(cluster, uniq, make_topic, broker, dispatched):
     topic = make_topic(uniq(), queues=1)
     group = uniq("g")
     for _ in range(3):
         broker.send_message(topic, b"x")
+    dispatched(topic, 0, 3)
     flags = PULL_SUBSCRIPTION | PULL_COMMIT_OFFSET
     resp = broker.pull(group, topic, 0, 2, commit_offset=2, sys_flag=flags, subscription="*")
     assert resp.code == ResponseCode.SUCCESS
@@ -268,11 +274,12 @@ def test_pull_commit_offset_side_effect(cluster, uniq, make_topic, broker):
 
 
 @pytest.mark.parametrize("ser", SERIALIZATIONS)
-def test_long_poll_wakes_on_arrival(cluster, uniq, make_topic, ser):
+def test_long_poll_wakes_on_arrival(cluster, uniq, make_topic, dispatched, ser):
     topic = make_topic(uniq(), queues=2)
     group = uniq("g")
     with cluster.broker_client(serialize_type=ser) as poller, cluster.broker_client() as producer:
         producer.send_message(topic, b"before", queue_id=1)
+        dispatched(topic, 1, 1)  # a pull past the queue's end is corrected, not parked
         opaque = poller.pull(
             group,
             topic,
@@ -354,11 +361,12 @@ def test_lite_pull_code_served_like_pull(cluster, uniq, make_topic, broker, code
     assert [bytes(m.body) for m in decode_messages(resp.body)] == [b"lite"]
 
 
-def test_5x_pull_fields_accepted(cluster, uniq, make_topic):
+def test_5x_pull_fields_accepted(cluster, uniq, make_topic, dispatched):
     """5.3.3 clients send maxMsgBytes (and header version 479) on PULL_MESSAGE; 4.9 ignores it."""
     topic = make_topic(uniq(), queues=1)
     with cluster.broker_client(version=479) as c:
         c.send_message(topic, b"five")
+        dispatched(topic, 0, 1)
         resp = pull_all(c, uniq("g"), topic, 0, extra={"maxMsgBytes": 1 << 20, "bname": cluster.broker_name})
         assert resp.code == ResponseCode.SUCCESS
         assert [bytes(m.body) for m in decode_messages(resp.body)] == [b"five"]
