@@ -45,6 +45,7 @@ G = GetMessageStatus
 #: unbounded state.
 MAX_HELD_PULLS_PER_CHANNEL = 4096
 _from_ext = PullMessageRequestHeader.from_ext
+_REQUIRED = tuple(f.wire for f in PullMessageRequestHeader.FIELDS if f.required)
 log = logging.getLogger("rmqgate.server.pull")
 
 
@@ -191,6 +192,24 @@ class PullRequestHoldService:
         return sum(len(v) for v in self.held.values())
 
 
+def decode_pull_header(ext: dict[str, str]) -> tuple[PullMessageRequestHeader, frozenset[str]]:
+    """The header and the required fields it lacks. 4.9.8's PullMessageRequestHeader is a
+    FastCodesHeader: a missing field is only logged and stays null, and the pull fails (a
+    NullPointerException, SYSTEM_ERROR) where the processor reads it, after the checks before it
+    (a pull without queueOffset from a group with no consumers gets SUBSCRIPTION_NOT_EXIST)."""
+    missing = frozenset(k for k in _REQUIRED if k not in ext)
+    if not missing:
+        return _from_ext(ext), missing
+    return _from_ext({**ext, **dict.fromkeys(missing, "0")}), missing
+
+
+def _read(missing: frozenset[str], *names: str) -> None:
+    """Java unboxing the header fields ``names``: SYSTEM_ERROR if one of them was not sent."""
+    for name in names:
+        if name in missing:
+            raise HeaderFieldError(f"PullMessageRequestHeader: required field {name!r} is missing")
+
+
 class PullMessageProcessor(RequestProcessor):
     codes: ClassVar[tuple[int, ...]] = (RequestCode.PULL_MESSAGE, RequestCode.LITE_PULL_MESSAGE)
 
@@ -211,7 +230,7 @@ class PullMessageProcessor(RequestProcessor):
         ext = request.ext_fields
         if ext is None:
             raise HeaderFieldError("PullMessageRequestHeader: the request has no extFields")
-        h = _from_ext(ext)
+        h, missing = decode_pull_header(ext)
         broker = self.broker
         config = broker.config
         group, topic, queue_id = h.consumer_group, h.topic, h.queue_id
@@ -219,6 +238,7 @@ class PullMessageProcessor(RequestProcessor):
             return request.response(
                 ResponseCode.NO_PERMISSION, f"the broker[{config.brokerIP1}] pulling message is forbidden", {}
             )
+        _read(missing, "consumerGroup")
         sgc = broker.subscription_groups.find(group)
         if sgc is None:
             return request.response(
@@ -230,7 +250,11 @@ class PullMessageProcessor(RequestProcessor):
             return request.response(
                 ResponseCode.NO_PERMISSION, f"subscription group no permission, {group}", {}
             )
+        _read(missing, "sysFlag")
         flags = h.sys_flag
+        if flags & FLAG_SUSPEND:
+            _read(missing, "suspendTimeoutMillis")
+        _read(missing, "topic")
         tc = broker.topics.get(topic)
         if tc is None:
             return request.response(
@@ -240,6 +264,7 @@ class PullMessageProcessor(RequestProcessor):
             return request.response(
                 ResponseCode.NO_PERMISSION, f"the topic[{topic}] pulling message is forbidden", {}
             )
+        _read(missing, "queueId")
         if queue_id < 0 or queue_id >= tc["readQueueNums"]:
             return request.response(
                 ResponseCode.SYSTEM_ERROR,
@@ -271,6 +296,7 @@ class PullMessageProcessor(RequestProcessor):
                 return request.response(
                     ResponseCode.SUBSCRIPTION_NOT_EXIST, f"the consumer's subscription not exist{FAQ}", {}
                 )
+            _read(missing, "subVersion")
             if found.sub_version < h.sub_version:
                 return request.response(
                     ResponseCode.SUBSCRIPTION_NOT_LATEST, "the consumer's subscription not latest", {}
@@ -283,6 +309,7 @@ class PullMessageProcessor(RequestProcessor):
                 {},
             )
         codes = None if sub.matches_all() else sub.code_set
+        _read(missing, "queueOffset", "maxMsgNums")
         offset = h.queue_offset
         res = self.store.get_messages(
             topic, queue_id, offset, h.max_msg_nums, max_bytes=h.max_msg_bytes, tags_filter=codes
@@ -316,6 +343,7 @@ class PullMessageProcessor(RequestProcessor):
                 b"".join(res.buffers) if code == ResponseCode.SUCCESS else None,
             )
         if allow_suspend and flags & FLAG_COMMIT_OFFSET and not self.broker.slave:
+            _read(missing, "commitOffset")
             self.store.meta.commit_offset(group, topic, queue_id, h.commit_offset)
         return response
 
