@@ -29,7 +29,7 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -43,6 +43,7 @@ from rmqgate.wire.codes import RequestCode
 
 TOPIC = "BenchJavaVsRmqgate"  # (BenchmarkTest, the tool's default, is a system topic)
 CLK_TCK = os.sysconf("SC_CLK_TCK")
+STATS_PERIOD = 10.0  # seconds between the producer's stats lines, each over the period before it
 _STATS = re.compile(
     r"Send TPS:\s*(?P<tps>\d+)\s+Max RT\(ms\):\s*(?P<max>\d+)\s+Average RT\(ms\):\s*(?P<avg>[\d.]+)"
     r"\s+Send Failed:\s*(?P<failed>\d+)\s+Response Failed:\s*(?P<resp_failed>\d+)"
@@ -85,15 +86,20 @@ def cpu_seconds(roots: list[int]) -> float:
     return total / CLK_TCK
 
 
-def rss_mib(roots: list[int]) -> float:
-    kib = 0
+def rss_mib(roots: list[int]) -> tuple[float, float]:
+    """(VmRSS, RssAnon) of the trees under ``roots`` in MiB: resident pages in all, and those not
+    backed by a file (heaps, as opposed to the mapped CommitLog and ConsumeQueue files)."""
+    kib = {"VmRSS:": 0, "RssAnon:": 0}
     for pid in (p for root in roots for p in process_tree(root)):
         try:
             status = Path(f"/proc/{pid}/status").read_text()
         except OSError:
             continue
-        kib += next((int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:")), 0)
-    return kib / 1024
+        for line in status.splitlines():
+            key = line.split(maxsplit=1)[0] if line else ""
+            if key in kib:
+                kib[key] += int(line.split()[1])
+    return kib["VmRSS:"] / 1024, kib["RssAnon:"] / 1024
 
 
 # --- the servers -----------------------------------------------------------------------------------
@@ -206,8 +212,8 @@ class Run:
     avg_rt_ms: float
     cpu_us_per_msg: float
     rss_mib: float
+    anon_mib: float
     failed: int
-    stats_lines: int = field(default=0)
 
 
 def measure(target: Target, threads: int, round_no: int, args: argparse.Namespace, log_dir: Path) -> Run:
@@ -219,15 +225,16 @@ def measure(target: Target, threads: int, round_no: int, args: argparse.Namespac
         stored0, cpu0, t0 = target.stored(), cpu_seconds(target.roots), time.monotonic()
         time.sleep(args.seconds)
         stored1, cpu1, t1 = target.stored(), cpu_seconds(target.roots), time.monotonic()
-        rss = rss_mib(target.roots)
+        rss, anon = rss_mib(target.roots)
     finally:
         producer.stop()
     sent = stored1 - stored0
     if sent <= 0:
         raise SystemExit(f"no message stored on {target.name} in the window:\n" + "\n".join(producer.tail))
-    # The producer prints figures for the 10 s before each line: those ending inside the window, or
-    # (a window shorter than that) the latest line seen.
-    inside = [s for t, s in producer.stats if t0 < t <= t1 + 0.5] or producer.stats[-1:]
+    # Each of the producer's lines covers the 10 s before it: those lines covering the window, or
+    # (a window too short for one) the latest line seen.
+    lines = [(t, s) for t, s in producer.stats if t0 + STATS_PERIOD - 1 <= t <= t1 + 1] or producer.stats[-1:]
+    inside = [s for _, s in lines]
     return Run(
         server=target.name,
         threads=threads,
@@ -237,8 +244,8 @@ def measure(target: Target, threads: int, round_no: int, args: argparse.Namespac
         avg_rt_ms=statistics.mean(s["avg"] for s in inside) if inside else float("nan"),
         cpu_us_per_msg=(cpu1 - cpu0) * 1e6 / sent,
         rss_mib=rss,
+        anon_mib=anon,
         failed=int(producer.stats[-1][1]["failed"]) if producer.stats else 0,
-        stats_lines=len(inside),
     )
 
 
@@ -255,9 +262,10 @@ def median(runs: list[Run], attr: str) -> float:
 def report(runs: list[Run], args: argparse.Namespace) -> None:
     print("\nevery run:")
     print_table(
-        ["threads", "round", "server", "TPS", "bench TPS", "avg RT ms", "CPU us/msg", "RSS MiB", "failed"],
+        ["threads", "round", "server", "TPS", "bench TPS", "avg RT ms", "CPU us/msg", "RSS MiB", "anon MiB",
+         "failed"],
         [(r.threads, r.round, r.server, fmt(r.tps), fmt(r.bench_tps), fmt(r.avg_rt_ms, 3),
-          fmt(r.cpu_us_per_msg, 1), fmt(r.rss_mib, 1), r.failed) for r in runs],
+          fmt(r.cpu_us_per_msg, 1), fmt(r.rss_mib, 1), fmt(r.anon_mib, 1), r.failed) for r in runs],
     )  # fmt: skip
     rows = []
     for threads in args.threads:
@@ -265,16 +273,18 @@ def report(runs: list[Run], args: argparse.Namespace) -> None:
         gate_runs = [r for r in runs if r.threads == threads and r.server == "rmqgate"]
         figures = {}
         for name, group in (("Java 4.9.8", java_runs), ("rmqgate", gate_runs)):
-            figures[name] = [median(group, a) for a in ("tps", "avg_rt_ms", "cpu_us_per_msg", "rss_mib")]
-            tps, rt, cpu, rss = figures[name]
-            rows.append((threads, name, fmt(tps), fmt(rt, 3), fmt(cpu, 1), fmt(rss, 1)))
+            figures[name] = [
+                median(group, a) for a in ("tps", "avg_rt_ms", "cpu_us_per_msg", "rss_mib", "anon_mib")
+            ]
+            tps, rt, cpu, rss, anon = figures[name]
+            rows.append((threads, name, fmt(tps), fmt(rt, 3), fmt(cpu, 1), fmt(rss, 1), fmt(anon, 1)))
         ratios = [
             g / j if j else float("nan")
             for g, j in zip(figures["rmqgate"], figures["Java 4.9.8"], strict=True)
         ]
         rows.append((threads, "rmqgate / Java", *(fmt(x, 2) for x in ratios)))
     print(f"\nmedians of {args.rounds} round(s):")
-    print_table(["threads", "server", "TPS", "avg RT ms", "CPU us/msg", "RSS MiB"], rows)
+    print_table(["threads", "server", "TPS", "avg RT ms", "CPU us/msg", "RSS MiB", "anon MiB"], rows)
     for threads in args.threads:
         pairs = [
             (j.tps, g.tps)
@@ -326,7 +336,8 @@ def main() -> None:
         f"round(s) per thread count.\nServers: Java = name server + broker JVMs (stock launchers, heap "
         f"256m + 1g, ASYNC_FLUSH); rmqgate = `rmqgate serve` (both roles) + its index dispatcher, "
         f"ASYNC_FLUSH. TPS = messages the broker stored in the window; bench TPS / avg RT = the "
-        f"producer's own lines; CPU = the server process tree's utime + stime per message."
+        f"producer's own lines; CPU = the server process tree's utime + stime per message; RSS "
+        f"counts the mapped store files, anon does not."
     )
     report(runs, args)
     load1 = os.getloadavg()
