@@ -30,6 +30,8 @@ autoCreateTopicEnable = true
 autoCreateSubscriptionGroup = true
 defaultTopicQueueNums = 4
 flushDiskType = ASYNC_FLUSH
+transactionTimeOut = 1000
+transactionCheckInterval = 1000
 """
 
 

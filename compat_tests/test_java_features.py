@@ -1,0 +1,107 @@
+"""Stock Java clients (4.9.8 and 5.3.3, JSON and ROCKETMQ headers) using the broker's features -
+transactions with check-back, delay levels, retry and dead-letter queues, query by key and id, and
+reset by time - run on rmqgate and on the Java 4.9.8 broker at once; the outcome must match check
+by check, and the properties the broker sets on what it delivers must be the same key for key."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from rmqgate.compat_tests.java import CLIENT_VERSIONS, SERIALIZATIONS, BrokerPair
+
+pytestmark = [pytest.mark.slow, pytest.mark.java]
+
+BY_CLIENT = pytest.mark.parametrize("version", CLIENT_VERSIONS, ids=lambda v: f"client{v}")
+BY_HEADERS = pytest.mark.parametrize("serialization", SERIALIZATIONS)
+
+#: Properties whose values differ from run to run or broker to broker (ids, times, addresses): only
+#: their presence is compared.
+VOLATILE = {
+    "UNIQ_KEY",
+    "MIN_OFFSET",
+    "MAX_OFFSET",
+    "ORIGIN_MESSAGE_ID",
+    "__transactionId__",
+    "TRAN_PREPARED_QUEUE_OFFSET",
+    "PGROUP",
+    "CLUSTER",
+    "REAL_QID",
+    "CONSUME_START_TIME",
+}
+
+
+def data(results: dict[str, Any], key: str) -> dict[str, Any]:
+    """``data[key]`` of each broker's result (the programs ran to the end: assert_same held)."""
+    return {broker: result["data"].get(key) for broker, result in results.items()}
+
+
+def same_properties(results: dict[str, Any], key: str) -> None:
+    """The property maps under ``data[key]`` (name -> properties) have the same keys on both
+    brokers, and the same values but for VOLATILE ones."""
+    by_broker = data(results, key)
+    gate, java = by_broker["rmqgate"] or {}, by_broker["java"] or {}
+    assert sorted(gate) == sorted(java), by_broker
+    for name in java:
+        same_property_map(gate[name], java[name], f"{key}[{name}]")
+
+
+def same_property_map(gate: dict[str, str], java: dict[str, str], what: str) -> None:
+    assert sorted(gate) == sorted(java), f"{what} property keys: rmqgate {sorted(gate)}, java {sorted(java)}"
+    differing = {k: (gate[k], java[k]) for k in java if k not in VOLATILE and gate[k] != java[k]}
+    assert not differing, f"{what} values (rmqgate, java): {differing}"
+
+
+@BY_CLIENT
+@BY_HEADERS
+def test_transaction_commit_rollback_and_check_back(broker_pair: BrokerPair, uniq, version, serialization):
+    topic = uniq()
+    broker_pair.create_topic(topic, 4)
+    results = broker_pair.run("Transaction", version, serialization, {"topic": topic, "group": uniq("txg")})
+    broker_pair.assert_same(results)
+    same_properties(results, "properties")
+
+
+@BY_CLIENT
+@BY_HEADERS
+def test_delay_levels(broker_pair: BrokerPair, uniq, version, serialization):
+    topic = uniq()
+    broker_pair.create_topic(topic, 4)
+    results = broker_pair.run("Delay", version, serialization, {"topic": topic, "group": uniq("dg")})
+    broker_pair.assert_same(results)
+    same_properties(results, "properties")
+
+
+@BY_CLIENT
+@BY_HEADERS
+def test_retry_then_dead_letter_queue(broker_pair: BrokerPair, uniq, version, serialization):
+    topic = uniq()
+    broker_pair.create_topic(topic, 4)
+    results = broker_pair.run("RetryDlq", version, serialization, {"topic": topic, "group": uniq("rg")})
+    broker_pair.assert_same(results)
+    same_properties(results, "retryProperties")
+    dead = data(results, "dlqProperties")
+    same_property_map(dead["rmqgate"], dead["java"], "the %DLQ% message")
+
+
+@BY_CLIENT
+@BY_HEADERS
+def test_query_by_key_and_view_by_id(broker_pair: BrokerPair, uniq, version, serialization):
+    topic = uniq()
+    broker_pair.create_topic(topic, 4)
+    results = broker_pair.run("Query", version, serialization, {"topic": topic, "group": uniq("qg")})
+    broker_pair.assert_same(results)
+    viewed = data(results, "viewedPropertyKeys")
+    assert viewed["rmqgate"] == viewed["java"], viewed
+
+
+@BY_CLIENT
+@BY_HEADERS
+def test_reset_offset_by_time(broker_pair: BrokerPair, uniq, version, serialization):
+    topic = uniq()
+    broker_pair.create_topic(topic, 2)
+    results = broker_pair.run("ResetByTime", version, serialization, {"topic": topic, "group": uniq("sg")})
+    broker_pair.assert_same(results)
+    edges = data(results, "searchEdges")
+    assert edges["rmqgate"] == edges["java"], edges
