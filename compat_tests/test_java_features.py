@@ -32,6 +32,10 @@ VOLATILE = {
 }
 
 
+#: Record fields of Stored.meta that depend on which queue the producer picked (at random).
+QUEUE_PICKED = {"queueId", "queueOffset"}
+
+
 def data(results: dict[str, Any], key: str) -> dict[str, Any]:
     """``data[key]`` of each broker's result (the programs ran to the end: assert_same held)."""
     return {broker: result["data"].get(key) for broker, result in results.items()}
@@ -53,6 +57,19 @@ def same_property_map(gate: dict[str, str], java: dict[str, str], what: str) -> 
     assert not differing, f"{what} values (rmqgate, java): {differing}"
 
 
+def same_stored(results: dict[str, Any], key: str, *, single: bool = False) -> None:
+    """The record fields under ``data[key]`` (Stored.meta: sysFlag, flag, reconsumeTimes, ...) are
+    the same on both brokers but for the queue; ``single`` for one message's, else name -> fields."""
+    by_broker = data(results, key)
+    if single:
+        by_broker = {broker: {key: fields} for broker, fields in by_broker.items()}
+    fields = {
+        broker: {name: {k: v for k, v in (f or {}).items() if k not in QUEUE_PICKED} for name, f in m.items()}
+        for broker, m in by_broker.items()
+    }
+    assert fields["rmqgate"] == fields["java"], f"{key}: rmqgate {fields['rmqgate']}, java {fields['java']}"
+
+
 @BY_CLIENT
 @BY_HEADERS
 def test_transaction_commit_rollback_and_check_back(broker_pair: BrokerPair, uniq, version, serialization):
@@ -61,6 +78,10 @@ def test_transaction_commit_rollback_and_check_back(broker_pair: BrokerPair, uni
     results = broker_pair.run("Transaction", version, serialization, {"topic": topic, "group": uniq("txg")})
     broker_pair.assert_same(results)
     same_properties(results, "properties")
+    same_stored(results, "stored")
+    check_back = data(results, "checkBackProperties")
+    same_property_map(check_back["rmqgate"], check_back["java"], "the check-back's message")
+    same_stored(results, "checkBackStored", single=True)
 
 
 @BY_CLIENT
@@ -71,6 +92,7 @@ def test_delay_levels(broker_pair: BrokerPair, uniq, version, serialization):
     results = broker_pair.run("Delay", version, serialization, {"topic": topic, "group": uniq("dg")})
     broker_pair.assert_same(results)
     same_properties(results, "properties")
+    same_stored(results, "stored")
 
 
 @BY_CLIENT
@@ -83,6 +105,8 @@ def test_retry_then_dead_letter_queue(broker_pair: BrokerPair, uniq, version, se
     same_properties(results, "retryProperties")
     dead = data(results, "dlqProperties")
     same_property_map(dead["rmqgate"], dead["java"], "the %DLQ% message")
+    same_stored(results, "retryStored")
+    same_stored(results, "dlqStored", single=True)
 
 
 @BY_CLIENT
@@ -94,6 +118,7 @@ def test_query_by_key_and_view_by_id(broker_pair: BrokerPair, uniq, version, ser
     broker_pair.assert_same(results)
     viewed = data(results, "viewedPropertyKeys")
     assert viewed["rmqgate"] == viewed["java"], viewed
+    same_stored(results, "viewedStored")
 
 
 @BY_CLIENT

@@ -126,6 +126,7 @@ public final class Delay {
 
         List<String> wrong = new ArrayList<>();
         Map<String, Object> props = new TreeMap<>();
+        Map<String, Object> meta = new TreeMap<>();
         for (Map.Entry<String, MessageExt> e : got.entrySet()) {
             String body = e.getKey();
             MessageExt m = e.getValue();
@@ -149,9 +150,11 @@ public final class Delay {
             if (m.getReconsumeTimes() != 0) {
                 wrong.add(body + ": reconsumeTimes " + m.getReconsumeTimes());
             }
-            props.put(body, new TreeMap<>(m.getProperties()));
+            props.put(body, Stored.properties(m));
+            meta.put(body, Stored.meta(m));
         }
         h.put("properties", props);
+        h.put("stored", meta);
         h.check("delivered to the queue sent to, with tags, keys, user properties and the send's msgId",
             wrong.isEmpty(), wrong);
 

@@ -135,6 +135,7 @@ public final class Query {
         List<String> byOffset = new ArrayList<>();
         List<String> byUniq = new ArrayList<>();
         Map<String, Object> viewed = new TreeMap<>();
+        Map<String, Object> viewedMeta = new TreeMap<>();
         for (int i = 0; i < sent.size(); i++) {
             SendResult r = sent.get(i);
             String body = "query-body-" + i;
@@ -145,6 +146,7 @@ public final class Query {
                 byOffset.add(body + ": " + (v instanceof MessageExt ? Harness.describe((MessageExt) v) : v));
             } else {
                 viewed.put(body, new TreeSet<>(((MessageExt) v).getProperties().keySet()));
+                viewedMeta.put(body, Stored.meta((MessageExt) v));
             }
             Object u = retry(() -> producer.viewMessage(topic, r.getMsgId()), m -> m != null, 10_000);
             if (!(u instanceof MessageExt) || !body.equals(Harness.text(((MessageExt) u).getBody()))
@@ -154,6 +156,7 @@ public final class Query {
             }
         }
         h.put("viewedPropertyKeys", viewed);
+        h.put("viewedStored", viewedMeta);
         h.check("viewMessage by offsetMsgId returns the message stored there", byOffset.isEmpty(), byOffset);
         h.check("viewMessage by unique key (msgId) returns that message", byUniq.isEmpty(), byUniq);
         producer.shutdown();

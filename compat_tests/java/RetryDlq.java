@@ -108,13 +108,15 @@ public final class RetryDlq {
         h.check("each retry came after the 1 s of delay level 1", levelOne, gaps);
 
         Map<String, Object> retryProps = new TreeMap<>();
+        Map<String, Object> retryMeta = new TreeMap<>();
         List<String> badRetry = new ArrayList<>();
         synchronized (deliveries) {
             for (MessageExt m : deliveries) {
                 if (m.getReconsumeTimes() == 0) {
                     continue;
                 }
-                retryProps.put("try" + m.getReconsumeTimes(), new TreeMap<>(m.getProperties()));
+                retryProps.put("try" + m.getReconsumeTimes(), Stored.properties(m));
+                retryMeta.put("try" + m.getReconsumeTimes(), Stored.meta(m));
                 if (!topic.equals(m.getProperty(MessageConst.PROPERTY_RETRY_TOPIC))
                     || !sent.getOffsetMsgId().equals(m.getProperty(MessageConst.PROPERTY_ORIGIN_MESSAGE_ID))) {
                     badRetry.add("RETRY_TOPIC=" + m.getProperty(MessageConst.PROPERTY_RETRY_TOPIC)
@@ -124,6 +126,7 @@ public final class RetryDlq {
             }
         }
         h.put("retryProperties", retryProps);
+        h.put("retryStored", retryMeta);
         h.check("a retried message names its topic (RETRY_TOPIC) and first stored id (ORIGIN_MESSAGE_ID)",
             !retryProps.isEmpty() && badRetry.isEmpty(), badRetry);
 
@@ -155,6 +158,7 @@ public final class RetryDlq {
         for (MessageExt m : dead) {
             deadSeen.add(Harness.describe(m));
             dlqProps.putAll(m.getProperties());
+            h.put("dlqStored", Stored.meta(m));
         }
         h.put("dlq", deadSeen);
         h.put("dlqProperties", dlqProps);

@@ -64,6 +64,8 @@ public final class Transaction {
                 seen.put("transactionId", msg.getTransactionId());
                 seen.put("user", Harness.userProperties(msg));
                 seen.put("producerGroup", msg.getProperty(MessageConst.PROPERTY_PRODUCER_GROUP));
+                seen.put("stored", Stored.meta(msg));
+                seen.put("properties", Stored.properties(msg));
                 checkedByBody.computeIfAbsent(Harness.text(msg.getBody()), k -> new CopyOnWriteArrayList<>()).add(seen);
                 return LocalTransactionState.COMMIT_MESSAGE;
             }
@@ -150,6 +152,7 @@ public final class Transaction {
 
         List<String> wrong = new ArrayList<>();
         Map<String, Object> props = new TreeMap<>();
+        Map<String, Object> meta = new TreeMap<>();
         for (String decision : new String[] {"commit", "unknown"}) {
             MessageExt m = byBody.get("tx-body-" + decision);
             if (m == null) {
@@ -162,9 +165,15 @@ public final class Transaction {
             if (!sent.get(decision).getMsgId().equals(m.getMsgId())) {
                 wrong.add(decision + ": msgId sent " + sent.get(decision).getMsgId() + ", consumed " + m.getMsgId());
             }
-            props.put(decision, new TreeMap<>(m.getProperties()));
+            props.put(decision, Stored.properties(m));
+            meta.put(decision, Stored.meta(m));
         }
         h.put("properties", props);
+        h.put("stored", meta);
+        if (!checks.isEmpty()) {
+            h.put("checkBackStored", checks.get(0).get("stored"));
+            h.put("checkBackProperties", checks.get(0).get("properties"));
+        }
         h.check("delivered messages have their tags, keys, properties and send msgId", wrong.isEmpty(), wrong);
         producer.shutdown();
     }
