@@ -87,7 +87,16 @@ def mixed(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
             server.stop()  # type: ignore[attr-defined]
 
 
-def create_on_both(mixed: Mixed, topic: str, queues: int = 4) -> list[dict]:
+def route_brokers(namesrv: str, topic: str) -> set[str] | None:
+    """The brokerNames the name server routes ``topic`` to (None: no route)."""
+    with WireClient(namesrv) as ns:
+        resp = ns.route(topic)
+    if resp.code != ResponseCode.SUCCESS:
+        return None
+    return {bd["brokerName"] for bd in loads(resp.body)["brokerDatas"]}
+
+
+def create_on_both(mixed: Mixed, topic: str, queues: int = 4) -> dict:
     """The topic created on each broker; the name server's route then lists both brokerDatas."""
     for name, addr in mixed.brokers.items():
         with WireClient(addr) as b:
@@ -140,3 +149,36 @@ def test_java_clients_produce_and_consume_across_both_brokers(
         java.detail({mixed.namesrv_kind + " namesrv": result}) + "\n" + mixed.log_tails()
     )
     assert set(result["data"]["sentPerBroker"]) == set(mixed.brokers)
+
+
+@pytest.mark.parametrize("leaver", ["java", "rmqgate"])
+def test_a_broker_shut_down_leaves_the_route(mixed: Mixed, uniq, tmp_path: Path, leaver: str) -> None:
+    """A third broker of the cluster (a Java or an rmqgate one) joins and takes the topic too; on a
+    clean shutdown it unregisters and closes its connection, and the name server routes the topic
+    to the two left at once (not after the 120 s a silent broker takes to expire)."""
+    name = f"mixed-{leaver}-c"
+    if leaver == "java":
+        third: object = java.JavaBroker(tmp_path / "third", mixed.namesrv, name=name, cluster=CLUSTER)
+    else:
+        conf = BROKER_CONF.replace("compat-broker-a", name).replace("CompatCluster", CLUSTER)
+        third = ServerProcess(tmp_path, role="broker", namesrv_addr=mixed.namesrv, conf=conf)
+    topic = uniq()
+    try:
+        third.wait_ready()  # type: ignore[attr-defined]
+        addr = third.addr if leaver == "java" else third.broker  # type: ignore[attr-defined]
+        assert wait_until(lambda: registered(mixed.namesrv).get(name) == addr, timeout=30), registered(
+            mixed.namesrv
+        )
+        create_on_both(mixed, topic)
+        with WireClient(addr) as b:
+            assert b.create_topic(topic, 4).code == ResponseCode.SUCCESS
+        three = {*mixed.brokers, name}
+        assert wait_until(lambda: route_brokers(mixed.namesrv, topic) == three, timeout=30), route_brokers(
+            mixed.namesrv, topic
+        )
+    finally:
+        third.stop()  # type: ignore[attr-defined]
+    assert wait_until(lambda: route_brokers(mixed.namesrv, topic) == set(mixed.brokers), timeout=15), (
+        f"{name} still routed after its shutdown: {route_brokers(mixed.namesrv, topic)}\n{mixed.log_tails()}"
+    )
+    assert registered(mixed.namesrv) == mixed.brokers
