@@ -281,13 +281,17 @@ class TransactionalMessageService:
         return sent
 
     def _commit_offsets(self, half_offset: int) -> None:
+        # an offset is written only when it moved, as Java's check does: a pass over an empty half
+        # queue leaves CID_RMQ_SYS_TRANS out of the offset table (and out of topicList -c)
         meta = self.store.meta
-        meta.commit_offset(CID_RMQ_SYS_TRANS, RMQ_SYS_TRANS_HALF_TOPIC, HALF_QUEUE_ID, half_offset)
-        op_off = self.op_offset
+        if half_offset != self.half_offset:
+            meta.commit_offset(CID_RMQ_SYS_TRANS, RMQ_SYS_TRANS_HALF_TOPIC, HALF_QUEUE_ID, half_offset)
+        op_off = op_start = self.op_offset
         while op_off in self.ops and self.ops[op_off] < half_offset:
             del self.ops[op_off]
             op_off += 1
-        meta.commit_offset(CID_RMQ_SYS_TRANS, RMQ_SYS_TRANS_OP_HALF_TOPIC, HALF_QUEUE_ID, op_off)
+        if op_off != op_start:
+            meta.commit_offset(CID_RMQ_SYS_TRANS, RMQ_SYS_TRANS_OP_HALF_TOPIC, HALF_QUEUE_ID, op_off)
         self.done = {h for h in self.done if h >= half_offset}
         self.reput = {k: v for k, v in self.reput.items() if v >= half_offset or v in self.reput}
         if self.copies_by_uniq:

@@ -570,5 +570,8 @@ async def test_a_check_pass_creates_the_half_topic_as_java_does(tmp_path: Path) 
         assert half is not None, "mqadmin topicList on a 4.9.8 broker lists the half topic after one pass"
         assert (half["readQueueNums"], half["writeQueueNums"], half["perm"]) == (1, 1, 6)
         assert broker.topics.get(RMQ_SYS_TRANS_OP_HALF_TOPIC) is None
+        # nothing moved, so no offset is written: topicList -c names no group for the half topic
+        assert broker.store.meta.query_offset(CID_RMQ_SYS_TRANS, RMQ_SYS_TRANS_HALF_TOPIC, 0) < 0
+        assert broker.store.meta.query_offset(CID_RMQ_SYS_TRANS, RMQ_SYS_TRANS_OP_HALF_TOPIC, 0) < 0
     finally:
         await broker.stop()
