@@ -151,13 +151,18 @@ def test_java_clients_produce_and_consume_across_both_brokers(
     assert set(result["data"]["sentPerBroker"]) == set(mixed.brokers)
 
 
-@pytest.mark.parametrize("leaver", ["java", "rmqgate"])
-def test_a_broker_shut_down_leaves_the_route(mixed: Mixed, uniq, tmp_path: Path, leaver: str) -> None:
+@pytest.mark.parametrize("leaver", ["java", "java-rocketmq-headers", "rmqgate"])
+def test_a_broker_shut_down_leaves_the_route(
+    mixed: Mixed, uniq, tmp_path: Path, leaver: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A third broker of the cluster (a Java or an rmqgate one) joins and takes the topic too; on a
     clean shutdown it unregisters and closes its connection, and the name server routes the topic
-    to the two left at once (not after the 120 s a silent broker takes to expire)."""
-    name = f"mixed-{leaver}-c"
-    if leaver == "java":
+    to the two left at once (not after the 120 s a silent broker takes to expire). One Java broker
+    speaks ROCKETMQ headers to the name server (``-Drocketmq.serialize.type``, a JVM-wide setting)."""
+    name = f"mixed-{leaver}-c"[:40]
+    if leaver.startswith("java"):
+        if leaver == "java-rocketmq-headers":
+            monkeypatch.setenv("JAVA_OPTS", "-Drocketmq.serialize.type=ROCKETMQ")  # read by the launcher
         third: object = java.JavaBroker(tmp_path / "third", mixed.namesrv, name=name, cluster=CLUSTER)
     else:
         conf = BROKER_CONF.replace("compat-broker-a", name).replace("CompatCluster", CLUSTER)
@@ -165,7 +170,7 @@ def test_a_broker_shut_down_leaves_the_route(mixed: Mixed, uniq, tmp_path: Path,
     topic = uniq()
     try:
         third.wait_ready()  # type: ignore[attr-defined]
-        addr = third.addr if leaver == "java" else third.broker  # type: ignore[attr-defined]
+        addr = third.addr if leaver.startswith("java") else third.broker  # type: ignore[attr-defined]
         assert wait_until(lambda: registered(mixed.namesrv).get(name) == addr, timeout=30), registered(
             mixed.namesrv
         )
@@ -182,3 +187,32 @@ def test_a_broker_shut_down_leaves_the_route(mixed: Mixed, uniq, tmp_path: Path,
         f"{name} still routed after its shutdown: {route_brokers(mixed.namesrv, topic)}\n{mixed.log_tails()}"
     )
     assert registered(mixed.namesrv) == mixed.brokers
+
+
+def test_mqadmin_lists_both_brokers_and_their_queues(mixed: Mixed, uniq, tmp_path: Path) -> None:
+    """Stock mqadmin over the mixed cluster: clusterList reads both brokers' runtime info through
+    the name server, topicStatus both brokers' queue offsets."""
+    topic = uniq()
+    create_on_both(mixed, topic, 4)
+    for addr in mixed.brokers.values():
+        with WireClient(addr) as b:
+            for queue_id in (0, 0, 1):
+                assert b.send_message(topic, b"m", queue_id=queue_id).code == ResponseCode.SUCCESS
+
+    done = java.mqadmin(tmp_path, "clusterList", "-n", mixed.namesrv)
+    assert done.returncode == 0 and "#Cluster Name" in done.stdout, done.stdout + done.stderr
+    rows = {line.split()[1]: line.split() for line in done.stdout.splitlines() if line.startswith(CLUSTER)}
+    assert {name: (row[2], row[3]) for name, row in rows.items()} == {
+        name: ("0", addr) for name, addr in mixed.brokers.items()
+    }, done.stdout
+
+    done = java.mqadmin(tmp_path, "topicStatus", "-n", mixed.namesrv, "-t", topic)
+    assert done.returncode == 0 and "#Max Offset" in done.stdout, done.stdout + done.stderr
+    offsets = {
+        (row[0], int(row[1])): (int(row[2]), int(row[3]))
+        for row in (line.split() for line in done.stdout.splitlines())
+        if row and row[0] in mixed.brokers
+    }
+    assert offsets == {(name, q): (0, {0: 2, 1: 1}.get(q, 0)) for name in mixed.brokers for q in range(4)}, (
+        done.stdout
+    )
