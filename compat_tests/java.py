@@ -110,9 +110,12 @@ class JavaNameServer(JavaServer):
 
 
 #: What the suite's Java broker runs with besides names, ports and paths: the same behaviour the
-#: suite's rmqgate broker.conf asks for, and transaction checks quick enough for a test.
+#: suite's rmqgate broker.conf asks for, and transaction checks quick enough for a test. A send
+#: may wait 3 s (not 200 ms) in the broker's queue before it is refused "[TIMEOUT_CLEAN_QUEUE]broker
+#: busy": on a loaded test machine the default failed sends that rmqgate took.
 JAVA_BROKER_CONF = """\
 brokerIP1=127.0.0.1
+waitTimeMillsInSendQueue=3000
 autoCreateTopicEnable=true
 autoCreateSubscriptionGroup=true
 defaultTopicQueueNums=4

@@ -14,8 +14,12 @@ import java.util.Map;
 import java.util.TreeMap;
 import java.util.function.BooleanSupplier;
 import org.apache.rocketmq.client.consumer.DefaultMQPullConsumer;
+import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
 import org.apache.rocketmq.client.consumer.PullResult;
 import org.apache.rocketmq.client.consumer.PullStatus;
+import org.apache.rocketmq.client.exception.MQClientException;
+import org.apache.rocketmq.client.producer.DefaultMQProducer;
+import org.apache.rocketmq.common.consumer.ConsumeFromWhere;
 import org.apache.rocketmq.common.message.MessageConst;
 import org.apache.rocketmq.common.message.MessageExt;
 import org.apache.rocketmq.common.message.MessageQueue;
@@ -159,5 +163,43 @@ public final class Harness {
             }
         }
         return got;
+    }
+
+    /** A started producer of {@code group} on the program's name server. */
+    public DefaultMQProducer producer(String group) throws MQClientException {
+        DefaultMQProducer producer = new DefaultMQProducer(group);
+        producer.setNamesrvAddr(namesrv());
+        producer.start();
+        return producer;
+    }
+
+    /**
+     * A push consumer of {@code group} (not started) that reads a new group from the first offset and
+     * pulls without pause; {@code instance} keeps several clients of one program apart.
+     */
+    public DefaultMQPushConsumer pushConsumer(String group, String instance) {
+        DefaultMQPushConsumer consumer = new DefaultMQPushConsumer(group);
+        consumer.setNamesrvAddr(namesrv());
+        consumer.setInstanceName(instance);
+        consumer.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
+        consumer.setPullInterval(0);
+        consumer.setPersistConsumerOffsetInterval(1000);
+        return consumer;
+    }
+
+    /**
+     * Starts a push consumer, waits for its rebalance to take queues, then heartbeats once more. A
+     * rebalance that changes the consumer's queues raises its subscription's subVersion and heartbeats,
+     * but skips that heartbeat while another holds the client's heartbeat lock (the one scheduled 1 s
+     * after start): the broker keeps the older subVersion and answers every pull SUBSCRIPTION_NOT_LATEST
+     * until the next scheduled heartbeat 30 s later. That client race hits any broker.
+     */
+    public static void startPush(DefaultMQPushConsumer consumer) throws Exception {
+        long started = System.currentTimeMillis();
+        consumer.start();
+        waitFor(() -> !consumer.getDefaultMQPushConsumerImpl().getRebalanceImpl().getProcessQueueTable().isEmpty(),
+            10_000);
+        Thread.sleep(Math.max(200, started + 1500 - System.currentTimeMillis()));
+        consumer.getDefaultMQPushConsumerImpl().getmQClientFactory().sendHeartbeatToAllBrokerWithLock();
     }
 }
