@@ -127,6 +127,27 @@ def test_route_lists_both_brokers(mixed: Mixed, uniq) -> None:
     assert queues == dict.fromkeys(mixed.brokers, (4, 4, 6))
 
 
+def run_cross_broker(
+    mixed: Mixed, classes: Path, topic: str, group: str, log_dir: Path, version: int, serialization: str,
+    *, orderly: bool = False,
+) -> None:  # fmt: skip
+    """CrossBroker.java on ``topic``; every one of its checks must hold."""
+    args = {"namesrv": mixed.namesrv, "topic": topic, "group": group, "count": 16,
+            "brokers": sorted(mixed.brokers), "orderly": orderly}  # fmt: skip
+    proc = java.java_client(
+        version, classes, "CrossBroker", args, serialization=serialization, log_dir=log_dir, timeout=120
+    )
+    try:
+        result = proc.result()
+    except DriverError as e:
+        pytest.fail(f"{e}\n{mixed.log_tails()}")
+    failed = [c for c in result["checks"] if not c["ok"]]
+    assert not failed and len(result["checks"]) == 8 + orderly, (
+        java.detail({mixed.namesrv_kind + " namesrv": result}) + "\n" + mixed.log_tails()
+    )
+    assert set(result["data"]["sentPerBroker"]) == set(mixed.brokers)
+
+
 @pytest.mark.parametrize("serialization", java.SERIALIZATIONS)
 @pytest.mark.parametrize("version", java.CLIENT_VERSIONS, ids=lambda v: f"client{v}")
 def test_java_clients_produce_and_consume_across_both_brokers(
@@ -134,21 +155,20 @@ def test_java_clients_produce_and_consume_across_both_brokers(
 ) -> None:
     topic = uniq()
     create_on_both(mixed, topic, 4)
-    args = {"namesrv": mixed.namesrv, "topic": topic, "group": uniq("cg"), "count": 16,
-            "brokers": sorted(mixed.brokers)}  # fmt: skip
-    proc = java.java_client(
-        version, java_classes[version], "CrossBroker", args, serialization=serialization,
-        log_dir=tmp_path, timeout=120,
-    )  # fmt: skip
-    try:
-        result = proc.result()
-    except DriverError as e:
-        pytest.fail(f"{e}\n{mixed.log_tails()}")
-    failed = [c for c in result["checks"] if not c["ok"]]
-    assert result.get("exception") is None and not failed and len(result["checks"]) == 8, (
-        java.detail({mixed.namesrv_kind + " namesrv": result}) + "\n" + mixed.log_tails()
+    run_cross_broker(mixed, java_classes[version], topic, uniq("cg"), tmp_path, version, serialization)
+
+
+@pytest.mark.parametrize(("version", "serialization"), [(4, "JSON"), (5, "ROCKETMQ")])
+def test_orderly_push_consumer_locks_queues_on_both_brokers(
+    mixed: Mixed, java_classes: dict[int, Path], uniq, tmp_path: Path, version: int, serialization: str
+) -> None:
+    """An orderly push consumer locks its queues on each broker (LOCK_BATCH_MQ) before it consumes
+    them, and gets every message from both, each queue in offset order."""
+    topic = uniq()
+    create_on_both(mixed, topic, 4)
+    run_cross_broker(
+        mixed, java_classes[version], topic, uniq("cg"), tmp_path, version, serialization, orderly=True
     )
-    assert set(result["data"]["sentPerBroker"]) == set(mixed.brokers)
 
 
 @pytest.mark.parametrize("leaver", ["java", "java-rocketmq-headers", "rmqgate"])

@@ -11,7 +11,9 @@ import java.util.concurrent.ConcurrentHashMap;
 import org.apache.rocketmq.client.consumer.DefaultMQPullConsumer;
 import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
 import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus;
+import org.apache.rocketmq.client.consumer.listener.ConsumeOrderlyStatus;
 import org.apache.rocketmq.client.consumer.listener.MessageListenerConcurrently;
+import org.apache.rocketmq.client.consumer.listener.MessageListenerOrderly;
 import org.apache.rocketmq.client.producer.DefaultMQProducer;
 import org.apache.rocketmq.client.producer.SendResult;
 import org.apache.rocketmq.client.producer.SendStatus;
@@ -24,7 +26,8 @@ import org.apache.rocketmq.common.message.MessageQueue;
  * One topic served by two brokers of a cluster: the producer's route holds the queues of both,
  * sync sends spread over both (the broker each landed on is read from its SendResult), and a pull
  * consumer and a push consumer each receive every message, from the broker its send went to.
- * Argument "brokers": the two broker names the topic lives on.
+ * Arguments: "brokers", the two broker names the topic lives on; "orderly": push with an orderly
+ * listener (queues locked on both brokers), each queue's messages then checked to come in order.
  */
 public final class CrossBroker {
     public static void main(String[] argv) {
@@ -90,13 +93,28 @@ public final class CrossBroker {
         push.setNamesrvAddr(h.namesrv());
         push.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
         push.subscribe(topic, "*");
-        push.registerMessageListener((MessageListenerConcurrently) (msgs, ctx) -> {
-            String broker = ctx.getMessageQueue().getBrokerName();
-            for (MessageExt m : msgs) {
-                pushedFrom.computeIfAbsent(Harness.text(m.getBody()), k -> new ArrayList<>()).add(broker);
-            }
-            return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
-        });
+        boolean orderly = h.args.getBooleanValue("orderly");
+        Map<String, List<Long>> offsetsByQueue = new ConcurrentHashMap<>(); // "broker/queueId" -> offsets
+        if (orderly) {
+            push.registerMessageListener((MessageListenerOrderly) (msgs, ctx) -> {
+                MessageQueue mq = ctx.getMessageQueue();
+                for (MessageExt m : msgs) {
+                    pushedFrom.computeIfAbsent(Harness.text(m.getBody()), k -> new ArrayList<>())
+                        .add(mq.getBrokerName());
+                    offsetsByQueue.computeIfAbsent(mq.getBrokerName() + "/" + mq.getQueueId(),
+                        k -> new ArrayList<>()).add(m.getQueueOffset());
+                }
+                return ConsumeOrderlyStatus.SUCCESS;
+            });
+        } else {
+            push.registerMessageListener((MessageListenerConcurrently) (msgs, ctx) -> {
+                String broker = ctx.getMessageQueue().getBrokerName();
+                for (MessageExt m : msgs) {
+                    pushedFrom.computeIfAbsent(Harness.text(m.getBody()), k -> new ArrayList<>()).add(broker);
+                }
+                return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
+            });
+        }
         push.start();
         boolean all = Harness.waitFor(() -> pushedFrom.keySet().containsAll(brokerByBody.keySet()), 40_000);
         push.shutdown();
@@ -116,5 +134,15 @@ public final class CrossBroker {
             pushedBrokers.addAll(from);
         }
         h.check("the push consumer received from both brokers", pushedBrokers.equals(expected), pushedBrokers);
+        if (orderly) {
+            Map<String, List<Long>> seen = new TreeMap<>(offsetsByQueue);
+            boolean inOrder = !seen.isEmpty();
+            for (List<Long> offsets : seen.values()) {
+                for (int i = 1; i < offsets.size(); i++) {
+                    inOrder &= offsets.get(i) > offsets.get(i - 1);
+                }
+            }
+            h.check("the orderly consumer got each queue's messages in offset order", inOrder, seen);
+        }
     }
 }
