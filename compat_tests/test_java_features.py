@@ -103,10 +103,9 @@ def test_retry_then_dead_letter_queue(broker_pair: BrokerPair, uniq, version, se
     results = broker_pair.run("RetryDlq", version, serialization, {"topic": topic, "group": uniq("rg")})
     broker_pair.assert_same(results)
     same_properties(results, "retryProperties")
-    dead = data(results, "dlqProperties")
-    same_property_map(dead["rmqgate"], dead["java"], "the %DLQ% message")
+    same_properties(results, "dlqProperties")
     same_stored(results, "retryStored")
-    same_stored(results, "dlqStored", single=True)
+    same_stored(results, "dlqStored")
 
 
 @BY_CLIENT

@@ -108,7 +108,8 @@ public final class ResetByTime {
             wanted.put("q" + mq.getQueueId(), firstOfWave2.get(mq));
             searchOk &= at == firstOfWave2.get(mq);
             edges.put("q" + mq.getQueueId() + " long ago", pull.searchOffset(mq, 1L));
-            edges.put("q" + mq.getQueueId() + " in an hour", pull.searchOffset(mq, System.currentTimeMillis() + 3_600_000L)
+            long inAnHour = System.currentTimeMillis() + 3_600_000L;
+            edges.put("q" + mq.getQueueId() + " in an hour, from the end", pull.searchOffset(mq, inAnHour)
                 - maxOffset.get(mq));
         }
         h.put("searchEdges", edges);

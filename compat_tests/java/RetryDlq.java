@@ -24,7 +24,8 @@ import org.apache.rocketmq.common.message.MessageQueue;
  * A push consumer that always answers RECONSUME_LATER (next try at delay level 1, at most 2
  * reconsumes): the message comes back with reconsumeTimes 1, then 2, each time under the original
  * msgId with its body, keys and properties, and after the last try it lands in %DLQ%group, where a
- * pull consumer reads it. The wrapper compares the retried and dead-lettered properties.
+ * pull consumer reads it; a message sent back with delay level -1 goes there at once. The wrapper
+ * compares the retried and dead-lettered properties.
  */
 public final class RetryDlq {
     public static void main(String[] argv) {
@@ -41,6 +42,7 @@ public final class RetryDlq {
         String group = h.str("group");
         List<MessageExt> deliveries = Collections.synchronizedList(new ArrayList<>());
         List<Long> deliveredAt = Collections.synchronizedList(new ArrayList<>());
+        List<MessageExt> deadDeliveries = Collections.synchronizedList(new ArrayList<>());
 
         DefaultMQPushConsumer consumer = new DefaultMQPushConsumer(group);
         consumer.setNamesrvAddr(h.namesrv());
@@ -49,11 +51,16 @@ public final class RetryDlq {
         consumer.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
         consumer.subscribe(topic, "*");
         consumer.registerMessageListener((MessageListenerConcurrently) (msgs, context) -> {
-            for (MessageExt m : msgs) {
-                deliveries.add(m);
-                deliveredAt.add(System.currentTimeMillis());
+            for (MessageExt m : msgs) { // one message a call (consumeMessageBatchMaxSize 1)
+                if ("TagDead".equals(m.getTags())) {
+                    deadDeliveries.add(m);
+                    context.setDelayLevelWhenNextConsume(-1); // straight to the DLQ
+                } else {
+                    deliveries.add(m);
+                    deliveredAt.add(System.currentTimeMillis());
+                    context.setDelayLevelWhenNextConsume(1);
+                }
             }
-            context.setDelayLevelWhenNextConsume(1);
             return ConsumeConcurrentlyStatus.RECONSUME_LATER;
         });
         consumer.start();
@@ -65,7 +72,12 @@ public final class RetryDlq {
         Message msg = new Message(topic, "TagRetry", "retry-key", Harness.utf8("retry-body"));
         msg.putUserProperty("origin", "producer");
         SendResult sent = producer.send(msg);
-        h.check("send answered SEND_OK", sent.getSendStatus() == SendStatus.SEND_OK, sent.getSendStatus());
+        Message doomed = new Message(topic, "TagDead", "dead-key", Harness.utf8("dead-body"));
+        doomed.putUserProperty("origin", "producer");
+        SendResult sentDead = producer.send(doomed);
+        h.check("sends answered SEND_OK",
+            sent.getSendStatus() == SendStatus.SEND_OK && sentDead.getSendStatus() == SendStatus.SEND_OK,
+            sent.getSendStatus() + ", " + sentDead.getSendStatus());
         producer.shutdown();
 
         boolean all = Harness.waitFor(() -> deliveries.size() >= MAX_RECONSUME + 1, 20_000);
@@ -138,9 +150,10 @@ public final class RetryDlq {
         String readError = null;
         MessageQueue dq = new MessageQueue(dlq, sent.getMessageQueue().getBrokerName(), 0);
         long deadline = System.currentTimeMillis() + 10_000;
-        while (dead.isEmpty() && System.currentTimeMillis() < deadline) {
+        while (dead.size() < 2 && System.currentTimeMillis() < deadline) {
             try {
                 PullResult r = pull.pull(dq, "*", 0, 32);
+                dead.clear();
                 if (r.getPullStatus() == PullStatus.FOUND) {
                     dead.addAll(r.getMsgFoundList());
                 }
@@ -148,31 +161,48 @@ public final class RetryDlq {
             } catch (Exception e) {
                 readError = e.toString();
             }
-            if (dead.isEmpty()) {
+            if (dead.size() < 2) {
                 Thread.sleep(200);
             }
         }
         pull.shutdown();
         List<Object> deadSeen = new ArrayList<>();
         Map<String, Object> dlqProps = new TreeMap<>();
+        Map<String, Object> dlqMeta = new TreeMap<>();
+        Map<String, MessageExt> deadByBody = new TreeMap<>();
         for (MessageExt m : dead) {
             deadSeen.add(Harness.describe(m));
-            dlqProps.putAll(m.getProperties());
-            h.put("dlqStored", Stored.meta(m));
+            deadByBody.put(Harness.text(m.getBody()), m);
+            dlqProps.put(Harness.text(m.getBody()), Stored.properties(m));
+            dlqMeta.put(Harness.text(m.getBody()), Stored.meta(m));
         }
         h.put("dlq", deadSeen);
         h.put("dlqProperties", dlqProps);
+        h.put("dlqStored", dlqMeta);
         h.put("dlqReadError", readError);
-        boolean one = dead.size() == 1;
-        MessageExt d = one ? dead.get(0) : null;
-        h.check("the message is in %DLQ%group once", one, readError != null ? readError : deadSeen);
+        h.check("both messages are in %DLQ%group, once each",
+            dead.size() == 2 && deadByBody.keySet().equals(new java.util.TreeSet<>(List.of("dead-body", "retry-body"))),
+            readError != null ? readError : deadSeen);
+        MessageExt d = deadByBody.get("retry-body");
         h.check("the dead-lettered message has the body, keys, tags, properties and msgId sent",
-            d != null && "retry-body".equals(Harness.text(d.getBody())) && "retry-key".equals(d.getKeys())
-                && "TagRetry".equals(d.getTags()) && "producer".equals(d.getUserProperty("origin"))
-                && sent.getMsgId().equals(d.getMsgId()) && dlq.equals(d.getTopic()),
+            d != null && "retry-key".equals(d.getKeys()) && "TagRetry".equals(d.getTags())
+                && "producer".equals(d.getUserProperty("origin")) && sent.getMsgId().equals(d.getMsgId())
+                && dlq.equals(d.getTopic()),
             deadSeen);
         h.check("the dead-lettered message counts its tries (reconsumeTimes)",
             d != null && d.getReconsumeTimes() == MAX_RECONSUME + 1, d == null ? null : d.getReconsumeTimes());
+        MessageExt n = deadByBody.get("dead-body");
+        List<Integer> deadTimes = new ArrayList<>();
+        synchronized (deadDeliveries) {
+            for (MessageExt m : deadDeliveries) {
+                deadTimes.add(m.getReconsumeTimes());
+            }
+        }
+        h.check("a message sent back with delay level -1 is consumed once and goes to the DLQ at once",
+            deadTimes.equals(List.of(0)) && n != null && "dead-key".equals(n.getKeys())
+                && "producer".equals(n.getUserProperty("origin")) && sentDead.getMsgId().equals(n.getMsgId())
+                && n.getReconsumeTimes() == 1,
+            "tries " + deadTimes + ", in the DLQ " + (n == null ? null : Harness.describe(n)));
     }
 
     /** MixAll moved package between the clients; the prefix is all this program needs. */

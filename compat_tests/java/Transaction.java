@@ -162,6 +162,10 @@ public final class Transaction {
                 || !decision.equals(m.getUserProperty("decision"))) {
                 wrong.add(decision + ": " + Harness.describe(m));
             }
+            if (m.getQueueId() != sent.get(decision).getMessageQueue().getQueueId() || !topic.equals(m.getTopic())) {
+                wrong.add(decision + ": in " + m.getTopic() + "/" + m.getQueueId() + ", half sent to "
+                    + sent.get(decision).getMessageQueue());
+            }
             if (!sent.get(decision).getMsgId().equals(m.getMsgId())) {
                 wrong.add(decision + ": msgId sent " + sent.get(decision).getMsgId() + ", consumed " + m.getMsgId());
             }
@@ -174,7 +178,8 @@ public final class Transaction {
             h.put("checkBackStored", checks.get(0).get("stored"));
             h.put("checkBackProperties", checks.get(0).get("properties"));
         }
-        h.check("delivered messages have their tags, keys, properties and send msgId", wrong.isEmpty(), wrong);
+        h.check("delivered to the queue the half was sent to, with its tags, keys, properties and msgId",
+            wrong.isEmpty(), wrong);
         producer.shutdown();
     }
 }
