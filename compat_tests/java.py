@@ -203,10 +203,31 @@ def java_client(
     return Background(cmd, env, classes, what, timeout)
 
 
-def mqadmin(log_dir: Path, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    """One stock ``mqadmin`` command; its output as text."""
+#: JVM options for short tool runs: C1 only and the serial collector halve a call's CPU time.
+QUICK_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+
+
+def mqadmin(
+    log_dir: Path, *args: str, timeout: float = 60, cwd: Path | None = None, java_opts: str = ""
+) -> subprocess.CompletedProcess[str]:
+    """One stock ``mqadmin`` command; its output as text. ``cwd`` is where it writes files
+    (consumerStatus writes one per consumer); ``java_opts`` go to the JVM (``JAVA_OPTS``)."""
     cmd = [str(rocketmq_home() / "bin" / "mqadmin.sh"), *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=java_env(log_dir))
+    env = java_env(log_dir, JAVA_OPTS=java_opts) if java_opts else java_env(log_dir)
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=cwd)
+
+
+#: One row per mqadmin command compared on both clusters (compat_tests/test_mqadmin.py), for the
+#: table the suite prints at the end: command, what each cluster answered, equal or not.
+MQADMIN: list[dict[str, str]] = []
+
+
+def mqadmin_table() -> list[str]:
+    """The mqadmin comparison as a Markdown table: one row per command."""
+    out = ["| command | rmqgate | Java 4.9.8 | equal? |", "|---|---|---|---|"]
+    for r in MQADMIN:
+        out.append(f"| {r['command']} | {r['rmqgate']} | {r['java']} | {r['equal']} |")
+    return out
 
 
 #: One row per program run: (program, client version, serialization, broker) -> outcome, for the

@@ -1,0 +1,688 @@
+"""Every stock mqadmin command (4.9.8's ``bin/mqadmin.sh``) run against rmqgate's name server and
+against the stock Java name server and broker, on the same state, with equivalent output.
+
+A background Java program (java/AdminClients.java) keeps a producer and a push consumer live on
+each broker after sending a few keyed messages; then every command runs on both clusters at once,
+in a thread pool (a JVM per call is mostly start-up wait). What legitimately differs between two
+brokers (addresses, names, ids, timestamps, TPS figures, versions) is normalised away and the rest
+compared line by line: same columns and keys, same rows for the same state, same success and
+error text. The outcome of each command is collected in a table printed in the pytest summary.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+import re
+import secrets
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rmqgate.compat_tests import java
+
+#: the module's one fixture runs all ~140 mqadmin calls: about 2-3 minutes on an idle 2-core
+#: machine, more when other suites share it
+pytestmark = [pytest.mark.slow, pytest.mark.java, pytest.mark.timeout(900)]
+
+BROKERS = ("rmqgate", "java")
+TIMING: dict[str, float] = {}
+MESSAGES = 4
+POOL = 6
+
+
+@dataclasses.dataclass
+class Ctx:
+    """One cluster's side of the run: its addresses and names and the state made on it."""
+
+    broker_id: str  # "rmqgate" | "java"
+    namesrv: str
+    broker: str
+    broker_name: str
+    cluster_name: str
+    token: str
+    export_dir: Path
+    sent: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+
+    def name(self, kind: str) -> str:
+        """A topic / group name of this run, the same on both clusters."""
+        return f"mqa_{kind}_{self.token}"
+
+    @property
+    def topic(self) -> str:
+        return self.name("topic")
+
+    @property
+    def cgroup(self) -> str:
+        return self.name("cg")
+
+    @property
+    def pgroup(self) -> str:
+        return self.name("pg")
+
+
+Steps = Callable[[Ctx], list[list[str]]]
+Normaliser = Callable[[str, Ctx], list[str]]
+
+
+@dataclasses.dataclass
+class Case:
+    """One mqadmin command: the calls it makes (in order, outputs joined) and how to compare them."""
+
+    command: str
+    steps: Steps
+    #: text Java's output must hold (formatted like the arguments): the command did its work there,
+    #: so two clusters failing alike is not taken for equal behaviour
+    expect: str
+    phase: int = 1
+    normalise: Normaliser | None = None
+    #: the command prints until it is stopped (clusterRT): killed after KILLED_AFTER seconds
+    runs_until_killed: bool = False
+
+
+# -- normalisation ------------------------------------------------------------------------------
+
+#: Lines the JVM or the client libraries print around a command's own output.
+NOISE = re.compile(r"^(RocketMQLog|SLF4J|log4j|WARNING|OpenJDK|Java HotSpot)|^\s*$")
+DATE = re.compile(r"\d{4}-\d{2}-\d{2}[ T#]\d{2}:\d{2}:\d{2}([,.:]\d{3})?")
+CLIENT_ID = re.compile(r"\b\d+\.\d+\.\d+\.\d+@[\w#.:-]+")
+ADDR = re.compile(r"\b\d+\.\d+\.\d+\.\d+:\d+\b")
+#: offset message ids (32 hex digits) and unique keys (IPv6 hosts give 56): broker and client made
+MSG_ID = re.compile(r"\b[0-9A-F]{32,}\b")
+MILLIS = re.compile(r"\b1\d{12}\b")
+#: CommitLog positions and sizes: every stored message carries the CLUSTER property, whose value
+#: (the cluster name) is two characters longer on rmqgate's suite broker than on the Java one
+STORE_POSITION = re.compile(r"\b(storeSize|commitLogOffset|physicOffset|physicSize)=\d+")
+NUMBER = re.compile(r"-?\d+(\.\d+)?")
+RATE = re.compile(r"-?\d+\.\d+")
+
+
+def substitute(text: str, ctx: Ctx) -> str:
+    """The names and ids two clusters legitimately differ in, replaced by placeholders."""
+    for value, label in (
+        (str(ctx.export_dir), "<export>"),
+        (ctx.broker, "<broker-addr>"),
+        (ctx.namesrv, "<namesrv-addr>"),
+        (ctx.cluster_name, "<cluster>"),
+        (ctx.broker_name, "<broker-name>"),
+    ):
+        text = text.replace(value, label)
+    text = DATE.sub("<date>", text)
+    text = CLIENT_ID.sub("<client-id>", text)
+    text = ADDR.sub("<addr>", text)
+    text = MSG_ID.sub("<msg-id>", text)
+    text = MILLIS.sub("<millis>", text)
+    return STORE_POSITION.sub(r"\1=<pos>", text)
+
+
+def lines(output: str, ctx: Ctx) -> list[str]:
+    """Output lines, noise dropped, names replaced, runs of blanks (column padding) made one."""
+    return [" ".join(line.split()) for line in substitute(output, ctx).splitlines() if not NOISE.search(line)]
+
+
+def numbers_masked(output: str, ctx: Ctx) -> list[str]:
+    """As ``lines``, every number masked: rates, latencies and counters of live traffic."""
+    return [NUMBER.sub("<n>", line) for line in lines(output, ctx)]
+
+
+def rates_masked(output: str, ctx: Ctx) -> list[str]:
+    """As ``lines``, decimal figures (rates, TPS) masked; counts and offsets kept."""
+    return [RATE.sub("<rate>", line) for line in lines(output, ctx)]
+
+
+def distinct_numbers_masked(output: str, ctx: Ctx) -> list[str]:
+    """As ``numbers_masked``, each distinct line once (a command that prints every interval)."""
+    return sorted(set(numbers_masked(output, ctx)))
+
+
+#: Why some outputs are compared without their order: the tool iterates a HashSet or HashMap of
+#: MessageQueue, whose hash covers the broker name, so the two clusters' names order it differently.
+
+
+def sorted_lines(output: str, ctx: Ctx) -> list[str]:
+    """As ``lines``, order ignored (a map of MessageQueue keys, see above)."""
+    return sorted(lines(output, ctx))
+
+
+def sorted_blocks(output: str, ctx: Ctx) -> list[str]:
+    """printMsg: one block of lines per queue (a HashSet, see above), blocks in sorted order."""
+    blocks: list[list[str]] = [[]]
+    for line in lines(output, ctx):
+        if set(line) == {"-"}:
+            blocks.append([])
+        else:
+            blocks[-1].append(line)
+    return [line for block in sorted(blocks) for line in block]
+
+
+def allocation(output: str, ctx: Ctx) -> list[str]:
+    """allocateMQ: how many queues each client gets, and that together they get each queue once
+    (which client gets which follows the order of a HashSet, see above)."""
+    result = json.loads(next(line for line in lines(output, ctx) if line.startswith("{")))["result"]
+    queues = sorted(json.dumps(q, sort_keys=True) for qs in result.values() for q in qs)
+    return [f"{client}: {len(qs)} queues" for client, qs in sorted(result.items())] + queues
+
+
+def producers_of_the_clients(output: str, ctx: Ctx) -> list[str]:
+    """producer: the entries of AdminClients' client (its group and the client's inner producer);
+    the other mqadmin calls running at the same time register their own inner producers."""
+    ids = set()
+    for line in output.splitlines():
+        if f"({ctx.pgroup})" in line:
+            ids.update(re.findall(r"clientId=([^,]+),", line))
+    kept = [line for line in output.splitlines() if any(f"clientId={i}," in line for i in ids)]
+    return sorted(numbers_masked("\n".join(kept), ctx))
+
+
+def topic_list(output: str, ctx: Ctx) -> list[str]:
+    """topicList, order ignored (a hash set), without the topics the concurrent cases create and
+    delete (``mqa_x_*``) or other tests of the session made (``ct_*``)."""
+    return sorted(line for line in lines(output, ctx) if "mqa_x_" not in line and "ct_" not in line)
+
+
+#: rmqgate's own broker.conf keys (reported, so mqadmin can read and update them; Java has none)
+RMQGATE_KEYS = {"indexDispatchProcess", "commitLogWarmAhead", "channelExpiredTimeout"}
+#: keys of a path rmqgate does not have: no ROCKETMQ_HOME, and updateNamesrvConfig is not persisted
+NO_SUCH_PATH = {"rocketmqHome", "configStorePath"}
+
+
+def config_keys(output: str, ctx: Ctx) -> list[str]:
+    """``key = value`` listings (getBrokerConfig, getNamesrvConfig, brokerStatus): the keys, sorted;
+    values are the two processes' own (paths, thread counts, TPS figures)."""
+    keys = set()
+    for line in lines(output, ctx):
+        key = re.split(r"\s*[=:]\s", line, maxsplit=1)[0].strip()
+        keys.add(re.sub(r"^(commitLogDiskRatio)_.*", r"\1_<dir>", key))
+    return sorted(keys - RMQGATE_KEYS - NO_SUCH_PATH)
+
+
+def updated_key(key: str) -> Normaliser:
+    """An update followed by a get: the update's answer and the key's line in the listing."""
+
+    def normalise(output: str, ctx: Ctx) -> list[str]:
+        return [line for line in lines(output, ctx) if key in line or "update" in line.lower()]
+
+    return normalise
+
+
+# -- the cases ----------------------------------------------------------------------------------
+
+
+def fmt(arg: str, ctx: Ctx) -> str:
+    first = ctx.sent[0] if ctx.sent else {}
+    return arg.format(
+        ns=ctx.namesrv,
+        broker=ctx.broker,
+        broker_name=ctx.broker_name,
+        cluster=ctx.cluster_name,
+        topic=ctx.topic,
+        cg=ctx.cgroup,
+        pg=ctx.pgroup,
+        x=ctx.name("x"),
+        send_topic=ctx.name("x_send"),
+        export=ctx.export_dir,
+        msg_id=first.get("msgId", ""),
+        offset_msg_id=first.get("offsetMsgId", ""),
+        queue_id=first.get("queueId", 0),
+        queue_offset=first.get("queueOffset", 0),
+    )
+
+
+def calls(*argv: tuple[str, ...]) -> Steps:
+    """mqadmin calls (run in order) whose arguments name ``{ns}``, ``{topic}``, ... of a Ctx."""
+
+    def steps(ctx: Ctx) -> list[list[str]]:
+        return [[fmt(a, ctx) for a in args] for args in argv]
+
+    return steps
+
+
+def admin(*args: str) -> Steps:
+    return calls(args)
+
+
+NS = ("-n", "{ns}")
+SENT = "body-0"  # the first message AdminClients sent (key-0, queue 0, offset 0)
+
+CASES: list[Case] = [
+    Case("clusterList", admin("clusterList", *NS), "#Cluster Name", normalise=numbers_masked),
+    Case(
+        "brokerStatus",
+        admin("brokerStatus", *NS, "-b", "{broker}"),
+        "msgPutTotalTodayNow",
+        normalise=config_keys,
+    ),
+    Case("topicList", admin("topicList", *NS), "{topic}", normalise=topic_list),
+    Case("topicList -c", admin("topicList", *NS, "-c"), "#Cluster Name", normalise=topic_list),
+    Case("topicRoute", admin("topicRoute", *NS, "-t", "{topic}"), '"queueDatas"'),
+    Case("topicRoute -l", admin("topicRoute", *NS, "-t", "{topic}", "-l"), "#ClusterName"),
+    Case("topicStatus", admin("topicStatus", *NS, "-t", "{topic}"), "#Max Offset"),
+    Case("topicClusterList", admin("topicClusterList", *NS, "-t", "{topic}"), "{cluster}"),
+    Case(
+        "updateTopic",
+        calls(
+            ("updateTopic", *NS, "-c", "{cluster}", "-t", "{x}_ut", "-r", "3", "-w", "2", "-o", "false"),
+            ("topicRoute", *NS, "-t", "{x}_ut"),
+        ),
+        "create topic to",
+    ),
+    Case(
+        "updateTopicPerm",
+        calls(
+            ("updateTopic", *NS, "-b", "{broker}", "-t", "{x}_utp"),
+            ("updateTopicPerm", *NS, "-c", "{cluster}", "-t", "{x}_utp", "-p", "4"),
+            ("topicRoute", *NS, "-t", "{x}_utp"),
+        ),
+        "update topic perm from 6 to 4",
+    ),
+    Case(
+        "deleteTopic",
+        calls(
+            ("updateTopic", *NS, "-c", "{cluster}", "-t", "{x}_dt"),
+            ("deleteTopic", *NS, "-c", "{cluster}", "-t", "{x}_dt"),
+            ("topicRoute", *NS, "-t", "{x}_dt"),
+        ),
+        "No topic route info in name server for the topic",
+    ),
+    Case(
+        "updateSubGroup",
+        calls(
+            ("updateSubGroup", *NS, "-c", "{cluster}", "-g", "{x}_usg", "-r", "5", "-q", "2", "-d", "true"),
+            ("getConsumerConfig", *NS, "-g", "{x}_usg"),
+        ),
+        "retryMaxTimes = 5",
+    ),
+    Case(
+        "deleteSubGroup",
+        calls(
+            ("updateSubGroup", *NS, "-b", "{broker}", "-g", "{x}_dsg"),
+            ("deleteSubGroup", *NS, "-c", "{cluster}", "-g", "{x}_dsg"),
+            ("getConsumerConfig", *NS, "-g", "{x}_dsg"),
+        ),
+        "delete subscription group [{x}_dsg]",
+    ),
+    Case("getConsumerConfig", admin("getConsumerConfig", *NS, "-g", "{cg}"), "groupName = {cg}"),
+    Case(
+        "consumerProgress",
+        admin("consumerProgress", *NS, "-g", "{cg}"),
+        "Diff Total: 0",
+        normalise=rates_masked,
+    ),
+    Case(
+        "consumerProgress -s",
+        admin("consumerProgress", *NS, "-g", "{cg}", "-s", "true"),
+        "#Client IP",
+        normalise=rates_masked,
+    ),
+    Case("consumerConnection", admin("consumerConnection", *NS, "-g", "{cg}"), "CONSUME_PASSIVELY"),
+    Case("producerConnection", admin("producerConnection", *NS, "-g", "{pg}", "-t", "{topic}"), "JAVA"),
+    Case("consumerStatus", admin("consumerStatus", *NS, "-g", "{cg}"), "Rebalance OK"),
+    Case("queryMsgById", admin("queryMsgById", *NS, "-i", "{offset_msg_id}"), "Keys: [key-0]"),
+    Case("queryMsgByKey", admin("queryMsgByKey", *NS, "-t", "{topic}", "-k", "key-0"), "#Message ID"),
+    Case(
+        "queryMsgByUniqueKey",
+        admin("queryMsgByUniqueKey", *NS, "-t", "{topic}", "-i", "{msg_id}"),
+        "Keys: [key-0]",
+    ),
+    Case(
+        "queryMsgByOffset",
+        admin(
+            "queryMsgByOffset",
+            *NS,
+            "-t",
+            "{topic}",
+            "-b",
+            "{broker_name}",
+            "-i",
+            "{queue_id}",
+            "-o",
+            "{queue_offset}",
+        ),
+        "Keys: [key-0]",
+    ),
+    Case(
+        "printMsg",
+        admin("printMsg", *NS, "-t", "{topic}", "-d", "true"),
+        f"BODY: {SENT}",
+        normalise=sorted_blocks,
+    ),
+    Case(
+        "printMsgByQueue",
+        admin(
+            "printMsgByQueue",
+            *NS,
+            "-t",
+            "{topic}",
+            "-a",
+            "{broker_name}",
+            "-i",
+            "{queue_id}",
+            "-p",
+            "true",
+            "-d",
+            "true",
+            "-f",
+            "true",
+        ),
+        "Tag: TagA Count: 1",
+    ),
+    Case(
+        "getBrokerConfig",
+        admin("getBrokerConfig", *NS, "-b", "{broker}"),
+        "brokerName",
+        normalise=config_keys,
+    ),
+    Case("getNamesrvConfig", admin("getNamesrvConfig", *NS), "kvConfigPath", normalise=config_keys),
+    Case(
+        "updateKvConfig / deleteKvConfig",
+        calls(
+            ("updateKvConfig", *NS, "-s", "{x}_ns", "-k", "k1", "-v", "v1"),
+            ("deleteKvConfig", *NS, "-s", "{x}_ns", "-k", "k1"),
+        ),
+        "delete kv config from namespace success",
+    ),
+    Case("statsAll", admin("statsAll", *NS, "-t", "{topic}"), "{cg}", normalise=numbers_masked),
+    Case(
+        "brokerConsumeStats",
+        admin("brokerConsumeStats", *NS, "-b", "{broker}"),
+        "{cg}",
+    ),
+    Case(
+        "checkMsgSendRT",
+        admin("checkMsgSendRT", *NS, "-t", "{send_topic}", "-a", "3", "-s", "64"),
+        "Avg RT",
+        normalise=numbers_masked,
+    ),
+    Case(
+        "sendMessage",
+        admin("sendMessage", *NS, "-t", "{send_topic}", "-p", "hello", "-k", "k", "-c", "TagB"),
+        "SEND_OK",
+        normalise=numbers_masked,
+    ),
+    Case(
+        "clusterRT",
+        admin("clusterRT", *NS, "-a", "2", "-i", "1", "-c", "{cluster}"),
+        "#successCount",
+        normalise=distinct_numbers_masked,
+        runs_until_killed=True,
+    ),
+    Case(
+        "allocateMQ",
+        admin("allocateMQ", *NS, "-t", "{topic}", "-i", "10.0.0.1,10.0.0.2"),
+        '"result"',
+        normalise=allocation,
+    ),
+    Case(
+        "updateOrderConf",
+        calls(
+            ("updateOrderConf", *NS, "-t", "{x}_oc", "-m", "put", "-v", "{broker_name}:4"),
+            ("updateOrderConf", *NS, "-t", "{x}_oc", "-m", "get"),
+            ("updateOrderConf", *NS, "-t", "{x}_oc", "-m", "delete"),
+        ),
+        "delete orderConf success",
+    ),
+    Case(
+        "queryCq",
+        admin("queryCq", *NS, "-t", "{topic}", "-q", "{queue_id}", "-i", "0", "-c", "2", "-b", "{broker}"),
+        "tagsCode=",
+    ),
+    Case("producer", admin("producer", *NS, "-b", "{broker}"), "{pg}", normalise=producers_of_the_clients),
+    Case("cleanExpiredCQ", admin("cleanExpiredCQ", *NS, "-b", "{broker}"), "success"),
+    Case("deleteExpiredCommitLog", admin("deleteExpiredCommitLog", *NS, "-b", "{broker}"), "success"),
+    Case("cleanUnusedTopic", admin("cleanUnusedTopic", *NS, "-b", "{broker}"), "success"),
+    Case("exportMetadata", admin("exportMetadata", *NS, "-c", "{cluster}", "-f", "{export}/meta"), "success"),
+    Case("exportConfigs", admin("exportConfigs", *NS, "-c", "{cluster}", "-f", "{export}/conf"), "success"),
+    Case(
+        "exportMetrics", admin("exportMetrics", *NS, "-c", "{cluster}", "-f", "{export}/metrics"), "success"
+    ),
+    # phase 2: what changes the state the phase-1 commands read
+    Case(
+        "consumeMessage",
+        admin(
+            "consumeMessage",
+            *NS,
+            "-t",
+            "{topic}",
+            "-b",
+            "{broker_name}",
+            "-i",
+            "0",
+            "-o",
+            "0",
+            "-c",
+            "2",
+            "-g",
+            "{x}_cm",
+        ),
+        "Consume ok",
+        phase=2,
+    ),
+    Case(
+        "wipeWritePerm / addWritePerm",
+        calls(("wipeWritePerm", *NS, "-b", "{broker_name}"), ("addWritePerm", *NS, "-b", "{broker_name}")),
+        "add write perm of broker",
+        phase=2,
+    ),
+    Case(
+        "updateBrokerConfig",
+        calls(
+            ("updateBrokerConfig", *NS, "-b", "{broker}", "-k", "clientManageThreadPoolNums", "-v", "33"),
+            ("getBrokerConfig", *NS, "-b", "{broker}"),
+        ),
+        "clientManageThreadPoolNums = 33",
+        phase=2,
+        normalise=updated_key("clientManageThreadPoolNums"),
+    ),
+    Case(
+        "updateNamesrvConfig",
+        calls(("updateNamesrvConfig", *NS, "-k", "clusterTest", "-v", "false"), ("getNamesrvConfig", *NS)),
+        "clusterTest = false",
+        phase=2,
+        normalise=updated_key("clusterTest"),
+    ),
+    Case(
+        "resetOffsetByTime",
+        admin("resetOffsetByTime", *NS, "-g", "{cg}", "-t", "{topic}", "-s", "now"),
+        "rollback consumer offset by specified",
+        phase=2,
+        normalise=sorted_lines,
+    ),
+    Case(
+        "skipAccumulatedMessage",
+        admin("skipAccumulatedMessage", *NS, "-g", "{cg}", "-t", "{topic}"),
+        "#brokerName",
+        phase=2,
+        normalise=sorted_lines,
+    ),
+    Case(
+        "cloneGroupOffset",
+        calls(
+            ("cloneGroupOffset", *NS, "-s", "{cg}", "-d", "{x}_clone", "-t", "{topic}"),
+            ("brokerConsumeStats", *NS, "-b", "{broker}"),
+        ),
+        "clone group offset success",
+        phase=2,
+    ),
+]
+
+
+# -- running ------------------------------------------------------------------------------------
+
+#: what an overloaded machine makes of a call (the tool's own 3 s timeout): the call is run again
+TRANSIENT = re.compile(r"RemotingTimeoutException|RemotingConnectException|RemotingSendRequestException")
+CALL_TIMEOUT = 60.0
+KILLED_AFTER = 8.0
+
+
+@dataclasses.dataclass
+class Run:
+    """One case on one cluster: the output of each call, its exit code and the seconds taken."""
+
+    outputs: list[str]
+    codes: list[int]
+    seconds: float
+
+    @property
+    def text(self) -> str:
+        return "\n".join(self.outputs)
+
+
+def run_call(case: Case, args: list[str], log_dir: Path) -> tuple[str, int]:
+    timeout = KILLED_AFTER if case.runs_until_killed else CALL_TIMEOUT
+    for attempt in range(3):
+        try:
+            proc = java.mqadmin(log_dir, *args, timeout=timeout, cwd=log_dir, java_opts=java.QUICK_JVM)
+            output, code = proc.stdout + proc.stderr, proc.returncode
+        except subprocess.TimeoutExpired as e:
+            output = "".join(x.decode() if isinstance(x, bytes) else x or "" for x in (e.stdout, e.stderr))
+            code = 0 if case.runs_until_killed else -1
+            if not case.runs_until_killed:
+                output += f"\n<no answer in {timeout} s>"
+        if not TRANSIENT.search(output) or attempt == 2:
+            return output, code
+    raise AssertionError("unreachable")
+
+
+def run_case(case: Case, ctx: Ctx, log_dir: Path) -> Run:
+    started = time.monotonic()
+    log_dir.mkdir(parents=True, exist_ok=True)
+    outputs, codes = [], []
+    for args in case.steps(ctx):
+        output, code = run_call(case, args, log_dir)
+        outputs.append(output)
+        codes.append(code)
+    return Run(outputs, codes, time.monotonic() - started)
+
+
+def run_all(ctxs: dict[str, Ctx], log_dir: Path, cases: list[Case] = CASES) -> dict[str, dict[str, Run]]:
+    """Every case on every cluster, phase by phase; the calls of one phase run in parallel."""
+    runs: dict[str, dict[str, Run]] = {c.command: {} for c in cases}
+    with ThreadPoolExecutor(POOL) as pool:
+        for phase in sorted({c.phase for c in cases}):
+            # the slow ones first, so the pool's tail is short
+            todo = sorted((c for c in cases if c.phase == phase), key=lambda c: -len(c.steps(ctxs["java"])))
+            futures = {
+                (c.command, b): pool.submit(run_case, c, ctxs[b], log_dir / b) for c in todo for b in ctxs
+            }
+            for (command, b), fut in futures.items():
+                runs[command][b] = fut.result()
+    return runs
+
+
+def compare(case: Case, runs: dict[str, Run], ctxs: dict[str, Ctx]) -> list[str]:
+    """The unified diff of the two clusters' normalised outputs and exit codes; empty when equal."""
+    normalise = case.normalise or lines
+    seen = {b: [f"exit codes {runs[b].codes}", *normalise(runs[b].text, ctxs[b])] for b in BROKERS}
+    return list(difflib.unified_diff(seen["java"], seen["rmqgate"], "java", "rmqgate", lineterm="", n=1))
+
+
+def summary(run: Run) -> str:
+    """A table cell: the first error a call printed, or how much it printed."""
+    for output in run.outputs:
+        m = re.search(r"(?:CODE: (\d+)\s+DESC: ([^\n]{0,60}))|(\w+Exception)", output)
+        if m:
+            what = f"{m.group(1)} {m.group(2).strip()}" if m.group(1) else m.group(3)
+            return f"error: {what} ({run.seconds:.0f} s)"
+    count = sum(1 for out in run.outputs for line in out.splitlines() if line.strip())
+    return f"ok, {count} lines ({run.seconds:.0f} s)"
+
+
+# -- the state and the tests --------------------------------------------------------------------
+
+
+def start_clients(ctx: Ctx, classes: Path, log_dir: Path) -> subprocess.Popen[str]:
+    """java/AdminClients.java on one cluster (client 4.9.8), running until its stdin closes."""
+    args = {"namesrv": ctx.namesrv, "topic": ctx.topic, "consumerGroup": ctx.cgroup,
+            "producerGroup": ctx.pgroup, "count": MESSAGES, "lifetimeMs": 600_000}  # fmt: skip
+    cmd = [
+        str(java.rocketmq_home() / "bin" / "java-client.sh"),
+        "4",
+        str(classes),
+        "compat.AdminClients",
+        json.dumps(args),
+    ]
+    log_dir.mkdir(parents=True, exist_ok=True)
+    return subprocess.Popen(
+        cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=(log_dir / "stderr.txt").open("w"),
+        text=True, env=java.java_env(log_dir), cwd=log_dir,
+    )  # fmt: skip
+
+
+def wait_ready(proc: subprocess.Popen[str], timeout: float = 90) -> list[dict[str, Any]]:
+    """The messages AdminClients sent, once it says READY (all of them consumed)."""
+    assert proc.stdout is not None
+    found: list[list[dict[str, Any]]] = []
+
+    def read() -> None:
+        for line in proc.stdout:  # type: ignore[union-attr]
+            if line.startswith("READY "):
+                found.append(json.loads(line[len("READY ") :])["sent"])
+                return
+
+    with ThreadPoolExecutor(1) as pool:
+        pool.submit(read).result(timeout=timeout)
+    assert found, f"AdminClients ended without READY (exit {proc.poll()})"
+    return found[0]
+
+
+@pytest.fixture(scope="module")
+def mqadmin_runs(broker_pair, tmp_path_factory) -> Iterator[tuple[dict[str, Ctx], dict[str, dict[str, Run]]]]:
+    """The same state on both clusters (a topic, keyed messages, a live producer and consumer),
+    then every case run on both."""
+    work = tmp_path_factory.mktemp("mqadmin")
+    token = secrets.token_hex(3)
+    ctxs = {
+        b: Ctx(b, c.namesrv, c.broker, c.broker_name, c.cluster_name, token, work / b / "export")
+        for b, c in broker_pair.clusters.items()
+    }
+    some = ctxs["java"]
+    broker_pair.create_topic(some.topic, 4)
+    broker_pair.create_topic(some.name("x_send"), 4)
+    procs = {b: start_clients(ctx, broker_pair.classes[4], work / b / "clients") for b, ctx in ctxs.items()}
+    try:
+        for b, proc in procs.items():
+            ctxs[b].sent = wait_ready(proc)
+        sent = {b: [(m["status"], m["queueId"], m["queueOffset"]) for m in ctxs[b].sent] for b in BROKERS}
+        assert sent["rmqgate"] == sent["java"] == [("SEND_OK", i % 4, 0) for i in range(MESSAGES)], sent
+        started = time.monotonic()
+        runs = run_all(ctxs, work)
+        TIMING["calls"] = time.monotonic() - started
+        for command, by_broker in runs.items():  # kept for a look after the run
+            for b, run in by_broker.items():
+                (work / b / f"{re.sub(r'[^A-Za-z0-9-]+', '_', command)}.txt").write_text(run.text)
+        yield ctxs, runs
+    finally:
+        for proc in procs.values():
+            if proc.stdin:
+                proc.stdin.close()
+        for proc in procs.values():
+            try:
+                proc.wait(20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.command)
+def test_mqadmin_command_answers_as_on_java(mqadmin_runs, case: Case) -> None:
+    ctxs, all_runs = mqadmin_runs
+    runs = all_runs[case.command]
+    diff = compare(case, runs, ctxs)
+    java.MQADMIN.append(
+        {
+            "command": case.command,
+            "rmqgate": summary(runs["rmqgate"]),
+            "java": summary(runs["java"]),
+            "equal": "yes" if not diff else f"no ({sum(1 for d in diff if d.startswith('+'))} lines)",
+        }
+    )
+    expect = fmt(case.expect, ctxs["java"])
+    report = "\n".join(f"--- {b} ({runs[b].seconds:.1f} s), raw:\n{runs[b].text[:4000]}" for b in BROKERS)
+    assert expect in " ".join(runs["java"].text.split()), f"Java's output lacks {expect!r}\n{report}"
+    assert not diff, "rmqgate's output differs from Java's:\n" + "\n".join(diff) + "\n" + report
