@@ -35,6 +35,12 @@ CLIENT_TARGETS = {
 }
 
 
+#: Seconds a driver may run before it counts as hung. Drivers end as soon as their work is done, so
+#: this only bounds a failure; it leaves room for a loaded 2-core machine, where starting a client
+#: and its first rebalance can take many seconds.
+DRIVER_TIMEOUT = 150.0
+
+
 class DriverError(AssertionError):
     pass
 
@@ -130,7 +136,7 @@ def cpp_env(home: Path, client: str | None = None) -> dict[str, str]:
 
 
 def run_cpp(
-    args: dict[str, Any], home: Path, *, client: str | None = None, timeout: float = 90
+    args: dict[str, Any], home: Path, *, client: str | None = None, timeout: float = DRIVER_TIMEOUT
 ) -> dict[str, Any]:
     """Run cpp_driver.py with rocketmq-python-cvs (client=None) or a target-dir client."""
     what = f"cpp driver {args.get('scenario')}/{args.get('mode', '')} ({client or 'rocketmq-python-cvs'})"
@@ -145,7 +151,9 @@ def node_binary() -> str:
     return node
 
 
-def node_driver(script: str, args: dict[str, Any], home: Path, *, timeout: float = 90) -> Background:
+def node_driver(
+    script: str, args: dict[str, Any], home: Path, *, timeout: float = DRIVER_TIMEOUT
+) -> Background:
     """An ali-ons driver (compat_tests/node/``script``) in the background."""
     if not (NODE_DIR / "node_modules" / "ali-ons").is_dir():
         raise DriverError(f"ali-ons is not installed: run `npm ci` in {NODE_DIR} (make setup does)")
@@ -154,5 +162,7 @@ def node_driver(script: str, args: dict[str, Any], home: Path, *, timeout: float
     return Background(cmd, dict(os.environ, HOME=str(home)), NODE_DIR, what, timeout)
 
 
-def run_node(script: str, args: dict[str, Any], home: Path, *, timeout: float = 90) -> dict[str, Any]:
+def run_node(
+    script: str, args: dict[str, Any], home: Path, *, timeout: float = DRIVER_TIMEOUT
+) -> dict[str, Any]:
     return node_driver(script, args, home, timeout=timeout).result()

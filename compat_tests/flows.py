@@ -21,6 +21,7 @@ import pytest
 
 from rmqgate.compat_tests.drivers import (
     CPP_FLOWS,
+    DRIVER_TIMEOUT,
     TX_DRIVER,
     Background,
     DriverError,
@@ -28,8 +29,15 @@ from rmqgate.compat_tests.drivers import (
     kill_all,
     run_cpp,
 )
-from rmqgate.compat_tests.servers import ServerProcess, discover_broker, free_port, log_tail
+from rmqgate.compat_tests.servers import (
+    STARTUP_TIMEOUT,
+    ServerProcess,
+    discover_broker,
+    free_port,
+    log_tail,
+)
 from rmqgate.compat_tests.wire_client import WireClient, wait_until
+from rmqgate.wire.codes import RequestCode
 
 #: Level 1 = 1 s, level 2 = 2 s, every other level 1 s (retries: level 3 + reconsumeTimes).
 DELAY_LEVELS = "1s 2s " + " ".join(["1s"] * 16)
@@ -66,7 +74,7 @@ class FeatureServer:
         self.process: ServerProcess | None = None
         self.starts = 0
 
-    def start(self, timeout: float = 30.0) -> FeatureServer:
+    def start(self, timeout: float = STARTUP_TIMEOUT) -> FeatureServer:
         self.starts += 1
         self.process = ServerProcess(
             self.workdir,
@@ -103,6 +111,16 @@ class FeatureServer:
         return name
 
 
+def consumer_count(broker: str, group: str) -> int:
+    """How many consumers of ``group`` are registered with ``broker`` (GET_CONSUMER_LIST_BY_GROUP). A
+    test waits on it rather than sleeping until a consumer it started is up."""
+    with WireClient(broker) as c:
+        resp = c.invoke(RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": group})
+    if resp.code != 0:
+        return 0
+    return len(json.loads(resp.body or b"{}").get("consumerIdList") or [])
+
+
 @pytest.fixture(autouse=True)
 def no_leftover_clients() -> Iterator[None]:
     """Kills the client drivers a test left running (autouse in the test modules that import it)."""
@@ -124,13 +142,13 @@ def feature_server_fixture(name: str) -> Any:
     return flow_server
 
 
-def cpp_flow(args: dict[str, Any], home: Path, timeout: float = 90) -> Background:
+def cpp_flow(args: dict[str, Any], home: Path, timeout: float = DRIVER_TIMEOUT) -> Background:
     """cpp_flows.py (rocketmq-python-cvs) in the background."""
     cmd = [sys.executable, str(CPP_FLOWS), json.dumps(args)]
     return Background(cmd, cpp_env(home), home, f"cpp_flows {args.get('scenario')}", timeout)
 
 
-def cpp_produce(args: dict[str, Any], home: Path, timeout: float = 60) -> dict[str, Any]:
+def cpp_produce(args: dict[str, Any], home: Path, timeout: float = DRIVER_TIMEOUT) -> dict[str, Any]:
     """cpp_driver.py produce (rocketmq-python-cvs). Once in a while the C++ producer's first route
     lookup fails ("No route info of this topic") on a route the name server has: one retry."""
     args = {"scenario": "produce", **args}
@@ -143,7 +161,7 @@ def cpp_produce(args: dict[str, Any], home: Path, timeout: float = 60) -> dict[s
         return run_cpp(args, home, timeout=timeout)
 
 
-def tx_produce(args: dict[str, Any], home: Path, timeout: float = 60) -> Background:
+def tx_produce(args: dict[str, Any], home: Path, timeout: float = DRIVER_TIMEOUT) -> Background:
     """tx_driver.py on rocketmq-client-python 2.0.0 in the background."""
     cmd = [sys.executable, str(TX_DRIVER), json.dumps(args)]
     env = cpp_env(home, "rocketmq-client-python200")

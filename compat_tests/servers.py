@@ -18,7 +18,10 @@ from pathlib import Path
 
 from rmqgate.compat_tests.wire_client import WireClient, wait_until
 
-STARTUP_TIMEOUT = 30.0
+#: Seconds a server may take to come up. It is usually one or two, but a restart recovers the store
+#: (zeroing the CommitLog segment's tail scans it), which took 25 s on a loaded 2-core machine; the
+#: wait ends as soon as the server is ready, so only a failure waits this long.
+STARTUP_TIMEOUT = 120.0
 
 # What the suite's own server runs with; the keys are RocketMQ broker.conf keys.
 BROKER_CONF = """\

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from rmqgate.compat_tests.drivers import run_node
-from rmqgate.compat_tests.wire_client import stored_messages
+from rmqgate.compat_tests.wire_client import stored_messages, wait_until
 from rmqgate.wire.codes import RequestCode, ResponseCode
 
 pytestmark = pytest.mark.slow
@@ -23,9 +23,9 @@ def produce(cluster, home, topic, group, **kw):
 
 
 def consume(cluster, home, topic, group, **kw):
-    args = {"namesrv": cluster.namesrv, "topic": topic, "group": group, "timeoutMs": 80000}
+    args = {"namesrv": cluster.namesrv, "topic": topic, "group": group, "waitMs": 60000, "timeoutMs": 100000}
     args.update(kw)
-    return run_node("consume.js", args, home, timeout=100)
+    return run_node("consume.js", args, home, timeout=120)
 
 
 def test_produce_with_client_created_topic(cluster, uniq, client_home):
@@ -35,7 +35,13 @@ def test_produce_with_client_created_topic(cluster, uniq, client_home):
     )
     results = res["results"]
     assert [r["sendStatus"] for r in results] == ["SEND_OK"] * 6
-    msgs = [m for ms in stored_messages(cluster.broker, topic).values() for m in ms]
+
+    def stored() -> list:
+        return [m for ms in stored_messages(cluster.broker, topic).values() for m in ms]
+
+    # (a Java broker adds a message to its consume queue just after it answered the send)
+    assert wait_until(lambda: len(stored()) == 6, timeout=10)
+    msgs = stored()
     assert sorted(bytes(m.body).decode() for m in msgs) == [f"body-{i}" for i in range(6)]
     by_body = {bytes(m.body).decode(): m for m in msgs}
     for i, r in enumerate(results):
@@ -104,12 +110,13 @@ def test_two_consumers_share_the_queues(cluster, uniq, make_topic, client_home):
     assert set(bodies) == {f"body-{i}" for i in range(12)}
 
 
-def test_offset_calls(cluster, uniq, make_topic, client_home):
+def test_offset_calls(cluster, uniq, make_topic, client_home, dispatched):
     topic = make_topic(uniq(), queues=2)
     group = uniq("cg")
     with cluster.broker_client() as c:
         for _ in range(3):
             assert c.send_message(topic, b"x", queue_id=0).code == ResponseCode.SUCCESS
+    dispatched(topic, 0, 3)
     args = {
         "namesrv": cluster.namesrv,
         "broker": cluster.broker,

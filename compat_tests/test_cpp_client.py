@@ -115,7 +115,7 @@ def test_push_consumer_receives_everything(cluster, uniq, make_topic, client_hom
             "group": uniq("cg"),
             "expression": "*",
             "expect": 8,
-            "wait_s": 40,
+            "wait_s": 90,
             "linger_s": 2,
         },
         client_home,
@@ -137,7 +137,7 @@ def test_push_consumer_tag_filter(cluster, uniq, make_topic, client_home):
             "group": uniq("cg"),
             "expression": "TagA || TagC",
             "expect": 6,
-            "wait_s": 40,
+            "wait_s": 90,
             "linger_s": 2,
         },
         client_home,
@@ -156,9 +156,9 @@ def test_push_consumer_follows_a_reset_offset(cluster, uniq, make_topic, client_
     produce(cluster, client_home, topic, uniq("pg"), mode="sync", count=8)
     done = client_home / "reset-done"
     args = {"scenario": "push_consume", "namesrv": cluster.namesrv, "topic": topic, "group": group}
-    args.update(expect=8, wait_s=60, linger_s=0, stay_until=str(done))
+    args.update(expect=8, wait_s=120, linger_s=0, stay_until=str(done))
     out: dict[str, dict] = {}
-    consumer = threading.Thread(target=lambda: out.update(res=run_cpp(args, client_home)))
+    consumer = threading.Thread(target=lambda: out.update(res=run_cpp(args, client_home, timeout=200)))
     consumer.start()
 
     def committed() -> list[int]:
@@ -170,15 +170,15 @@ def test_push_consumer_follows_a_reset_offset(cluster, uniq, make_topic, client_
         return offsets
 
     try:
-        assert wait_until(lambda: committed() == [2, 2, 2, 2], timeout=40, interval=0.5), committed()
+        assert wait_until(lambda: committed() == [2, 2, 2, 2], timeout=60, interval=0.5), committed()
         ext = {"topic": topic, "group": group, "timestamp": 0, "isForce": True}
         # (the Java broker writes the body C++ consumers read only for a C++ requester)
         resp = broker.invoke(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, ext, language=LanguageCode.CPP)
         assert resp.code == ResponseCode.SUCCESS, resp.remark
-        assert wait_until(lambda: committed() == [0, 0, 0, 0], timeout=20, interval=0.2), committed()
+        assert wait_until(lambda: committed() == [0, 0, 0, 0], timeout=40, interval=0.2), committed()
     finally:
         done.touch()
-        consumer.join(120)
+        consumer.join(200)
     assert sorted(m["body"] for m in out["res"]["received"]) == [f"body-{i}" for i in range(8)]
     args.update(linger_s=2)
     del args["stay_until"]
@@ -197,7 +197,7 @@ def test_pull_consumer(cluster, uniq, make_topic, client_home):
             "group": uniq("cg"),
             "expression": "*",
             "expect": 5,
-            "wait_s": 30,
+            "wait_s": 90,
         },
         client_home,
     )
@@ -210,7 +210,7 @@ def test_pull_consumer(cluster, uniq, make_topic, client_home):
             "group": uniq("cg2"),
             "expression": "TagB",
             "expect": 2,
-            "wait_s": 30,
+            "wait_s": 90,
         },
         client_home,
     )

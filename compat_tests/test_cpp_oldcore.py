@@ -87,7 +87,7 @@ def test_push_consumer_old_core(cluster, uniq, make_topic, client_home):
             "group": uniq("cg"),
             "expression": "TagB",
             "expect": 3,
-            "wait_s": 40,
+            "wait_s": 90,
             "linger_s": 2,
         },
         client_home,

@@ -20,6 +20,7 @@ import pytest
 from rmqgate.compat_tests.drivers import node_driver
 from rmqgate.compat_tests.flows import (
     FeatureServer,
+    consumer_count,
     cpp_flow,
     cpp_produce,
     feature_server_fixture,
@@ -53,11 +54,13 @@ def test_ali_ons_delayed_messages_arrive_in_their_window(
     flow_server.create_topic("%RETRY%" + group, 1)
     consumer = node_driver(
         "consume.js",
-        {"namesrv": flow_server.namesrv, "topic": topic, "group": group, "expect": 4, "waitMs": 30000,
-         "lingerMs": 2000, "timeoutMs": 60000, "consumeFromWhere": "CONSUME_FROM_FIRST_OFFSET"},
+        {"namesrv": flow_server.namesrv, "topic": topic, "group": group, "expect": 4, "waitMs": 90000,
+         "lingerMs": 2000, "timeoutMs": 120000, "consumeFromWhere": "CONSUME_FROM_FIRST_OFFSET"},
         tmp_path,
+        timeout=150,
     )  # fmt: skip
-    time.sleep(3)  # the consumer is up and polling
+    assert wait_until(lambda: consumer_count(flow_server.broker, group) == 1, timeout=60)
+    time.sleep(1)  # its first pulls are out (the window below allows a late one)
     assert stored(flow_server, topic) == []
     produced = node_driver(
         "produce.js",
@@ -95,10 +98,12 @@ def test_cpp_delayed_messages_arrive_in_their_window(
     flow_server.create_topic("%RETRY%" + group, 1)
     consumer = cpp_flow(
         {"scenario": "consume", "namesrv": flow_server.namesrv, "topic": topic, "group": group, "expect": 4,
-         "max_s": 30, "linger_s": 2.0},
+         "max_s": 90, "linger_s": 2.0},
         tmp_path,
+        timeout=150,
     )  # fmt: skip
-    time.sleep(2)
+    assert wait_until(lambda: consumer_count(flow_server.broker, group) == 1, timeout=60)
+    time.sleep(1)  # its first pulls are out (the window below allows a late one)
     before = time.time()
     res = cpp_produce(
         {"namesrv": flow_server.namesrv, "topic": topic, "group": uniq("pg"), "count": 4,
@@ -130,13 +135,13 @@ def test_restart_delivers_each_delayed_message_once(tmp_path: Path, uniq: Any) -
         topic = server.create_topic(uniq(), 4)
         with WireClient(server.broker) as c:
             _send_delayed(c, topic, b"before-restart", 1)
-        assert wait_until(lambda: len(stored(server, topic)) == 1, timeout=5)
+        assert wait_until(lambda: len(stored(server, topic)) == 1, timeout=15)
         with WireClient(server.broker) as c:
             for i in range(3):
                 _send_delayed(c, topic, f"due-after-restart-{i}".encode(), LEVEL)
         assert server.stop() == 0  # none of the level-2 messages is due yet
         server.start()
-        assert wait_until(lambda: len(stored(server, topic)) == 4, timeout=10)
+        assert wait_until(lambda: len(stored(server, topic)) == 4, timeout=30)
         time.sleep(2.5)  # nothing comes twice
         bodies = sorted(bytes(m.body).decode() for m in stored(server, topic))
         assert bodies == ["before-restart"] + [f"due-after-restart-{i}" for i in range(3)]

@@ -5,15 +5,15 @@ consumes orderly: it locks its queues on the broker before consuming them and un
 rebalance takes them away. The tests check that every key's messages are consumed in send order
 while a second consumer joins mid-stream (the queues are split: lock hand-over from the first
 consumer) and while the first one leaves, gracefully (unlock + unregister) or by dying (its process
-ends without shutting the consumer down; the C++ core still unlocks its queues as it exits). The raw
-wire client checks the lock semantics, among them that a lock outlives its connection.
+ends without calling shutdown; the wrapper's destructor still shuts the C++ consumer down, which
+unlocks its queues, as the process exits). The raw wire client checks the lock semantics, among them
+that a lock outlives its connection.
 
 Runs against its own `rmqgate serve --conf` (compat_tests/flows.py FEATURE_CONF).
 """
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Any
@@ -22,6 +22,7 @@ import pytest
 
 from rmqgate.compat_tests.flows import (
     FeatureServer,
+    consumer_count,
     cpp_flow,
     cpp_produce,
     feature_server_fixture,
@@ -33,6 +34,11 @@ from rmqgate.wire.codes import RequestCode
 pytestmark = pytest.mark.slow
 
 KEYS = [0, 1, 2, 3, 4, 5]  # hashing selector: key % 4 queues -> queues 0,1,2,3,0,1
+#: How long a consumer of the join-and-leave flow may run. It stops as soon as its part is done (the
+#: stop file, or all of the last batch), so this only bounds a failure. A C++ consumer whose lock
+#: request lost the race with the previous holder's unlock retries at its next rebalance, 20 s on,
+#: which may happen at the join and again at the leave; a loaded machine adds its own delays.
+CONSUMER_MAX_S = 150
 
 
 flow_server = feature_server_fixture("orderly")
@@ -145,33 +151,43 @@ def test_cpp_orderly_consumers_keep_per_key_order_across_join_and_leave(
         "orderly": True,
     }
     _produce(flow_server, homes["p"], topic, "a", count)
+    end_of_a = _max_offsets(flow_server, topic)
     # the first consumer works through batch a slowly, so the second joins in the middle of it
     c1 = cpp_flow(
-        {**common, "max_s": 60, "stop_file": str(stop1), "slow_s": 0.2, "instance": "c1",
+        {**common, "max_s": CONSUMER_MAX_S, "stop_file": str(stop1), "slow_s": 0.2, "instance": "c1",
          "shutdown": leave == "shutdown"},
         homes["c1"],
+        timeout=CONSUMER_MAX_S + 60,
     )  # fmt: skip
     c2 = None
     try:
-        assert wait_until(lambda: _stored_consumer_count(flow_server, group) == 1, timeout=20)
+        assert wait_until(lambda: _stored_consumer_count(flow_server, group) == 1, timeout=60)
         time.sleep(0.5)
         c2 = cpp_flow(
             {
                 **common,
-                "max_s": 60,
+                "max_s": CONSUMER_MAX_S,
                 "stop_file": str(stop2),
                 "instance": "c2",
                 "expect": count,
                 "expect_prefix": "c-",
             },
             homes["c2"],
+            timeout=CONSUMER_MAX_S + 60,
         )
-        assert wait_until(lambda: _stored_consumer_count(flow_server, group) == 2, timeout=20)
+        assert wait_until(lambda: _stored_consumer_count(flow_server, group) == 2, timeout=60)
         _produce(flow_server, homes["p"], topic, "b", count)
-        time.sleep(4)
+        # the first leaves once each queue has consumed into batch b: the queues were split (the
+        # first gave half of them up), so both consumers consumed part of it
+        into_b = wait_until(
+            lambda: all(o > a for o, a in zip(_committed(flow_server, group, topic), end_of_a, strict=True)),
+            timeout=90,
+            interval=0.5,
+        )
+        assert into_b, f"committed {_committed(flow_server, group, topic)}, batch a ends at {end_of_a}"
         stop1.touch()  # the first consumer leaves
         r1 = c1.result()
-        assert wait_until(lambda: _stored_consumer_count(flow_server, group) == 1, timeout=20)
+        assert wait_until(lambda: _stored_consumer_count(flow_server, group) == 1, timeout=60)
         _produce(flow_server, homes["p"], topic, "c", count)
         r2 = c2.result()  # returns once it consumed all of batch c
     finally:
@@ -186,9 +202,24 @@ def test_cpp_orderly_consumers_keep_per_key_order_across_join_and_leave(
     assert all(m["status"] in ("CONSUME_SUCCESS", "IN_PROGRESS") for m in r1["received"])
 
 
-def _stored_consumer_count(server: FeatureServer, group: str) -> int:
+def _max_offsets(server: FeatureServer, topic: str) -> list[int]:
     with WireClient(server.broker) as c:
-        resp = c.invoke(RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": group})
-        if resp.code != 0:
-            return 0
-        return len(json.loads(resp.body or b"{}").get("consumerIdList") or [])
+        return [
+            int(c.invoke(RequestCode.GET_MAX_OFFSET, {"topic": topic, "queueId": q}).ext_fields["offset"])
+            for q in range(4)
+        ]
+
+
+def _committed(server: FeatureServer, group: str, topic: str) -> list[int]:
+    """The group's committed offset of each queue (-1 where none is)."""
+    out = []
+    with WireClient(server.broker) as c:
+        for q in range(4):
+            ext = {"consumerGroup": group, "topic": topic, "queueId": q}
+            resp = c.invoke(RequestCode.QUERY_CONSUMER_OFFSET, ext)
+            out.append(int(resp.ext_fields["offset"]) if resp.code == 0 else -1)
+    return out
+
+
+def _stored_consumer_count(server: FeatureServer, group: str) -> int:
+    return consumer_count(server.broker, group)

@@ -72,7 +72,7 @@ def test_update_and_query_consumer_offset(cluster, uniq, make_topic, ser):
             oneway=True,
         )
         assert c.poll_response(opaque, 0.5) is None
-        assert wait_until(lambda: query_offset(c, group, topic, 1).ext_fields["offset"] == "5", timeout=5)
+        assert wait_until(lambda: query_offset(c, group, topic, 1).ext_fields["offset"] == "5", timeout=15)
         resp = c.invoke(RequestCode.GET_ALL_CONSUMER_OFFSET)
         assert resp.code == ResponseCode.SUCCESS
         table = loads(resp.body)["offsetTable"]
@@ -142,7 +142,7 @@ def test_query_message_by_key_and_unique_key(cluster, uniq, make_topic, broker):
             ext["_UNIQUE_KEY_QUERY"] = "true"
         return broker.invoke(RequestCode.QUERY_MESSAGE, ext)
 
-    found = wait_until(lambda: query("order-2").code == ResponseCode.SUCCESS, timeout=5)
+    found = wait_until(lambda: query("order-2").code == ResponseCode.SUCCESS, timeout=15)
     assert found, "the index never answered a KEYS query"
     msgs = decode_messages(query("order-2").body)
     assert [bytes(m.body) for m in msgs] == [b"keyed"]

@@ -148,7 +148,7 @@ def test_send_oneway_is_stored_without_answer(cluster, uniq, make_topic, broker)
         oneway=True,
     )
     assert broker.poll_response(opaque, 1.0) is None
-    got = wait_until(lambda: pull_all(broker, uniq("g"), topic, 0).code == ResponseCode.SUCCESS, timeout=5)
+    got = wait_until(lambda: pull_all(broker, uniq("g"), topic, 0).code == ResponseCode.SUCCESS, timeout=15)
     assert got
     msgs = decode_messages(pull_all(broker, uniq("g"), topic, 0).body)
     assert [bytes(m.body) for m in msgs] == [b"oneway-body"]

@@ -66,14 +66,14 @@ def test_raw_send_back_retries_then_dead_letters(flow_server: FeatureServer, uni
         phys = decode_offset_msg_id(original_id)[2]
         t0 = time.monotonic()
         assert send_back(c, phys, group, 0, max_times=2).code == ResponseCode.SUCCESS
-        assert wait_until(lambda: stored_messages(flow_server.broker, retry, 1)[0], timeout=5)
-        assert 0.9 <= time.monotonic() - t0 < 3  # level 3 = 1 s here
+        assert wait_until(lambda: stored_messages(flow_server.broker, retry, 1)[0], timeout=15)
+        assert 0.9 <= time.monotonic() - t0 < 8  # level 3 = 1 s here (10 s by default)
         (r1,) = stored_messages(flow_server.broker, retry, 1)[0]
         assert r1.reconsume_times == 1 and bytes(r1.body) == b"raw-retry"
         assert r1.properties["RETRY_TOPIC"] == topic and r1.properties["ORIGIN_MESSAGE_ID"] == original_id
         assert r1.properties["TAGS"] == "TagR"
         assert send_back(c, r1.commit_log_offset, group, 0, max_times=2).code == 0
-        assert wait_until(lambda: len(stored_messages(flow_server.broker, retry, 1)[0]) == 2, timeout=5)
+        assert wait_until(lambda: len(stored_messages(flow_server.broker, retry, 1)[0]) == 2, timeout=15)
         r2 = stored_messages(flow_server.broker, retry, 1)[0][1]
         assert r2.reconsume_times == 2 and r2.properties["ORIGIN_MESSAGE_ID"] == original_id
         assert send_back(c, r2.commit_log_offset, group, 0, max_times=2).code == 0
@@ -104,8 +104,9 @@ def test_cpp_reconsume_later_is_redelivered(flow_server: FeatureServer, uniq: An
     assert [r["status"] for r in res["results"]] == [0, 0, 0]
     got = cpp_flow(
         {"scenario": "consume", "namesrv": flow_server.namesrv, "topic": topic, "group": group,
-         "fail": {"body-1": 2}, "expect": 3, "max_s": 40, "linger_s": 1.5},
+         "fail": {"body-1": 2}, "expect": 3, "max_s": 90, "linger_s": 1.5},
         tmp_path,
+        timeout=150,
     ).result()  # fmt: skip
     deliveries = [m for m in got["received"] if m["body"] == "body-1"]
     assert [(m["reconsume_times"], m["status"]) for m in deliveries] == [
@@ -126,11 +127,12 @@ def test_cpp_dead_letter_after_max_reconsume_times(
     stop = tmp_path / "stop"
     consumer = cpp_flow(
         {"scenario": "consume", "namesrv": flow_server.namesrv, "topic": topic, "group": group,
-         "fail": {"body-0": -1}, "max_s": 50, "stop_file": str(stop)},
+         "fail": {"body-0": -1}, "max_s": 150, "stop_file": str(stop)},
         tmp_path,
+        timeout=200,
     )  # fmt: skip
-    try:
-        assert wait_until(lambda: dead_letters(flow_server, group), timeout=45, interval=0.5)
+    try:  # 17 deliveries 1 s apart (every delay level is 1 s here)
+        assert wait_until(lambda: dead_letters(flow_server, group), timeout=140, interval=0.5)
     finally:
         stop.touch()
     got = consumer.result()
@@ -149,8 +151,9 @@ def test_ali_ons_throwing_handler_is_retried(flow_server: FeatureServer, uniq: A
     got = node_driver(
         "retry.js",
         {"namesrv": flow_server.namesrv, "topic": topic, "group": group, "fail": {"ons-1": 1}, "expect": 2,
-         "waitMs": 40000, "lingerMs": 1500, "timeoutMs": 60000},
+         "waitMs": 90000, "lingerMs": 1500, "timeoutMs": 120000},
         tmp_path,
+        timeout=150,
     ).result()  # fmt: skip
     deliveries = [m for m in got["received"] if m["body"] == "ons-1"]
     assert [(m["reconsumeTimes"], bool(m.get("thrown"))) for m in deliveries] == [(0, True), (1, False)]
@@ -169,11 +172,12 @@ def test_ali_ons_dead_letter_after_max_reconsume_times(
     consumer = node_driver(
         "retry.js",
         {"namesrv": flow_server.namesrv, "topic": topic, "group": group, "fail": {"ons-dead": -1},
-         "maxReconsumeTimes": 2, "waitMs": 40000, "stopFile": str(stop), "timeoutMs": 60000},
+         "maxReconsumeTimes": 2, "waitMs": 110000, "stopFile": str(stop), "timeoutMs": 120000},
         tmp_path,
+        timeout=150,
     )  # fmt: skip
     try:
-        assert wait_until(lambda: dead_letters(flow_server, group), timeout=40, interval=0.5)
+        assert wait_until(lambda: dead_letters(flow_server, group), timeout=100, interval=0.5)
     finally:
         stop.touch()
     got = consumer.result()
