@@ -188,18 +188,35 @@ public final class Harness {
     }
 
     /**
-     * Starts a push consumer, waits for its rebalance to take queues, then heartbeats once more. A
+     * Starts a push consumer, waits for its rebalance to take queues, then heartbeats until settled. A
      * rebalance that changes the consumer's queues raises its subscription's subVersion and heartbeats,
      * but skips that heartbeat while another holds the client's heartbeat lock (the one scheduled 1 s
-     * after start): the broker keeps the older subVersion and answers every pull SUBSCRIPTION_NOT_LATEST
-     * until the next scheduled heartbeat 30 s later. That client race hits any broker.
+     * after start, say): the broker keeps the older subVersion and answers every pull
+     * SUBSCRIPTION_NOT_LATEST until the next scheduled heartbeat 30 s later. That client race hits any
+     * broker.
      */
     public static void startPush(DefaultMQPushConsumer consumer) throws Exception {
         long started = System.currentTimeMillis();
         consumer.start();
         waitFor(() -> !consumer.getDefaultMQPushConsumerImpl().getRebalanceImpl().getProcessQueueTable().isEmpty(),
             10_000);
-        Thread.sleep(Math.max(200, started + 1500 - System.currentTimeMillis()));
-        consumer.getDefaultMQPushConsumerImpl().getmQClientFactory().sendHeartbeatToAllBrokerWithLock();
+        Thread.sleep(Math.max(0, started + 1200 - System.currentTimeMillis()));
+        heartbeatSettled(consumer);
+    }
+
+    /** Heartbeats until the consumer's subscriptions kept their subVersions over two heartbeats. */
+    public static void heartbeatSettled(DefaultMQPushConsumer consumer) throws Exception {
+        String last = null;
+        for (int sent = 0, stable = 0; stable < 2 && sent < 20; sent++) {
+            consumer.getDefaultMQPushConsumerImpl().getmQClientFactory().sendHeartbeatToAllBrokerWithLock();
+            Thread.sleep(150);
+            List<String> versions = new ArrayList<>(); // SubscriptionData moved package in 5.x: its text
+            for (Object sub : consumer.getDefaultMQPushConsumerImpl().getRebalanceImpl().getSubscriptionInner().values()) {
+                versions.add(sub.toString()); // has the subVersion
+            }
+            versions.sort(null);
+            stable = versions.toString().equals(last) ? stable + 1 : 0;
+            last = versions.toString();
+        }
     }
 }

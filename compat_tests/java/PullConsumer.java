@@ -20,11 +20,29 @@ import org.apache.rocketmq.common.message.MessageQueue;
 /**
  * DefaultMQPullConsumer: the topic's queues from the name server, pulls from chosen offsets in small
  * batches (contiguous queue offsets, nextBeginOffset, NO_NEW_MSG at the end and on an empty queue,
- * OFFSET_ILLEGAL past the end), and a consumer offset stored on the broker and read back.
+ * OFFSET_ILLEGAL past the end, at most 32 in-memory messages a pull), tag expressions within a queue
+ * (which offsets match, where the next pull starts), a blocking pull woken by the next message (long
+ * polling), and consumer offsets: a new group's, and one stored on the broker and read back.
  */
 public final class PullConsumer {
     public static void main(String[] argv) {
         Harness.run(argv, PullConsumer::scenario);
+    }
+
+    private static List<Long> offsets(PullResult r) {
+        List<Long> out = new ArrayList<>();
+        if (r.getMsgFoundList() != null) {
+            for (MessageExt m : r.getMsgFoundList()) {
+                out.add(m.getQueueOffset());
+            }
+        }
+        return out;
+    }
+
+    private static Map<String, Object> withOffsets(PullResult r) {
+        Map<String, Object> d = status(r);
+        d.put("offsets", offsets(r));
+        return d;
     }
 
     private static Map<String, Object> status(PullResult r) {
@@ -66,7 +84,7 @@ public final class PullConsumer {
             status(emptyPast));
 
         long fresh = pull.fetchConsumeOffset(full, true);
-        h.check("a new group's offset read from the broker is 0 while the queue is in memory", fresh == 0, fresh);
+        h.check("a new group's offset read from the broker is 0 on an empty queue", fresh == 0, fresh);
 
         DefaultMQProducer producer = h.producer(h.str("producerGroup"));
         List<String> ids = new ArrayList<>();
@@ -77,6 +95,15 @@ public final class PullConsumer {
             ids.add(r.getMsgId());
         }
         producer.shutdown();
+
+        DefaultMQPullConsumer fresh2 = new DefaultMQPullConsumer(h.str("group2"));
+        fresh2.setNamesrvAddr(h.namesrv());
+        fresh2.setInstanceName("pull-fresh");
+        fresh2.start();
+        long freshOnFull = fresh2.fetchConsumeOffset(full, true);
+        fresh2.shutdown();
+        h.check("a new group's offset read from the broker is 0 on a queue whose messages are in memory",
+            freshOnFull == 0, freshOnFull);
 
         List<Map<String, Object>> steps = new ArrayList<>();
         List<MessageExt> got = new ArrayList<>();
@@ -138,6 +165,28 @@ public final class PullConsumer {
         h.check("a pull of up to 64 in-memory messages returns 32 (maxTransferCountOnMessageInMemory)",
             capped.getPullStatus() == PullStatus.FOUND && capped.getMsgFoundList().size() == 32
                 && capped.getNextBeginOffset() == 32, status(capped));
+
+        // tag filtering within a queue: TagA at even offsets, TagC at odd ones
+        MessageQueue mixed = byId.get(3);
+        DefaultMQProducer tagger = h.producer(h.str("producerGroup") + "_tags");
+        for (int i = 0; i < 10; i++) {
+            tagger.send(new Message(topic, i % 2 == 0 ? "TagA" : "TagC", Harness.utf8("mixed-body-" + i)), mixed);
+        }
+        tagger.shutdown();
+        PullResult firstTwo = pull.pull(mixed, "TagA", 0, 2);
+        h.check("pull \"TagA\" max 2 from 0: offsets 0 and 2, next offset 3",
+            offsets(firstTwo).equals(List.of(0L, 2L)) && firstTwo.getNextBeginOffset() == 3, withOffsets(firstTwo));
+        PullResult rest = pull.pull(mixed, "TagA", 3, 32);
+        h.check("pull \"TagA\" from 3: offsets 4, 6 and 8, next offset 10",
+            offsets(rest).equals(List.of(4L, 6L, 8L)) && rest.getNextBeginOffset() == 10, withOffsets(rest));
+        PullResult either = pull.pull(mixed, "TagC || TagA", 5, 32);
+        h.check("pull \"TagC || TagA\" from 5: offsets 5 to 9, next offset 10",
+            offsets(either).equals(List.of(5L, 6L, 7L, 8L, 9L)) && either.getNextBeginOffset() == 10,
+            withOffsets(either));
+        PullResult tailOnly = pull.pull(mixed, "TagA", 9, 32);
+        h.check("pull \"TagA\" from 9 (a TagC): no match, next offset 10",
+            tailOnly.getPullStatus() == PullStatus.NO_MATCHED_MSG && tailOnly.getNextBeginOffset() == 10,
+            withOffsets(tailOnly));
 
         pull.updateConsumeOffset(full, 3);
         h.check("updateConsumeOffset is read back from memory", pull.fetchConsumeOffset(full, false) == 3,

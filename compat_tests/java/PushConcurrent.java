@@ -2,9 +2,11 @@ package compat;
 
 import java.util.ArrayList;
 import java.util.Arrays;
+import java.util.HashSet;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.Set;
 import java.util.TreeMap;
 import java.util.concurrent.CopyOnWriteArrayList;
 import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
@@ -15,11 +17,13 @@ import org.apache.rocketmq.client.producer.SendResult;
 import org.apache.rocketmq.client.producer.SendStatus;
 import org.apache.rocketmq.common.message.Message;
 import org.apache.rocketmq.common.message.MessageExt;
+import org.apache.rocketmq.common.message.MessageQueue;
 
 /**
  * A concurrently consuming push consumer (CONSUME_FROM_FIRST_OFFSET) gets every message of a topic
  * once, those sent before it started and those sent while it runs, each with the body, tags, keys,
- * user properties and msgId its send had; its offsets are committed, so a consumer of the same
+ * user properties and msgId its send had. A second member of the group takes half the queues, and
+ * what is sent then is consumed once between them. The offsets are committed, so a consumer of the
  * group started afterwards gets only what is sent after it.
  */
 public final class PushConcurrent {
@@ -63,6 +67,24 @@ public final class PushConcurrent {
             out.add(Harness.text(m.getBody()));
         }
         return out;
+    }
+
+    private static Set<MessageQueue> queues(DefaultMQPushConsumer c, String topic) {
+        Set<MessageQueue> out = new HashSet<>();
+        for (MessageQueue mq : c.getDefaultMQPushConsumerImpl().getRebalanceImpl().getProcessQueueTable().keySet()) {
+            if (mq.getTopic().equals(topic)) {
+                out.add(mq);
+            }
+        }
+        return out;
+    }
+
+    private static int count(List<MessageExt> msgs, String phase) {
+        int n = 0;
+        for (String b : bodies(msgs)) {
+            n += b.startsWith(phase + "-") ? 1 : 0;
+        }
+        return n;
     }
 
     static void scenario(Harness h) throws Exception {
@@ -130,7 +152,46 @@ public final class PushConcurrent {
         }
         h.check("queue offsets run from 0 without gaps in every queue", contiguous, offsets);
 
+        // a second member of the group: the broker tells the first (NOTIFY_CONSUMER_IDS_CHANGED), both
+        // list the group's consumers and split the queues, and what is sent then is consumed once
+        List<MessageExt> mate = new CopyOnWriteArrayList<>();
+        DefaultMQPushConsumer member = h.pushConsumer(group, "member");
+        member.subscribe(topic, "*");
+        member.registerMessageListener(collector(mate));
+        Harness.startPush(member);
+        boolean split = Harness.waitFor(() -> {
+            Set<MessageQueue> a = queues(consumer, topic);
+            Set<MessageQueue> b = queues(member, topic);
+            Set<MessageQueue> both = new HashSet<>(a);
+            both.addAll(b);
+            return a.size() == 2 && b.size() == 2 && both.size() == 4;
+        }, 10_000);
+        h.check("two consumers of the group split the queues 2 + 2",
+            split, queues(consumer, topic).size() + " + " + queues(member, topic).size());
+        Harness.heartbeatSettled(consumer); // both rebalanced, raising their subVersions
+        Harness.heartbeatSettled(member);
+        Map<String, String> shared = send(h, producer, topic, "shared", 8);
+        boolean sharedAll = Harness.waitFor(() -> count(got, "shared") + count(mate, "shared") >= 8, 10_000);
+        Thread.sleep(300);
+        List<String> sharedBodies = new ArrayList<>();
+        for (String b : bodies(got)) {
+            if (b.startsWith("shared-")) {
+                sharedBodies.add(b);
+            }
+        }
+        int firstGot = sharedBodies.size();
+        for (String b : bodies(mate)) {
+            if (b.startsWith("shared-")) {
+                sharedBodies.add(b);
+            }
+        }
+        sharedBodies.sort(null);
+        h.check("each message sent then is consumed once by one of them, both taking some",
+            sharedAll && sharedBodies.equals(new ArrayList<>(shared.keySet())) && firstGot > 0
+                && firstGot < sharedBodies.size(), firstGot + " + " + (sharedBodies.size() - firstGot) + ": " + sharedBodies);
+
         Thread.sleep(300); // the last batch's offset is taken into the offset store after its listener returns
+        member.shutdown();
         consumer.shutdown(); // persists the consumed offsets
 
         List<MessageExt> second = new CopyOnWriteArrayList<>();

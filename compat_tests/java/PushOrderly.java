@@ -21,7 +21,8 @@ import org.apache.rocketmq.common.message.MessageQueue;
 /**
  * Orderly messages: a MessageQueueSelector puts each order key's messages on one queue of several,
  * and a MessageListenerOrderly push consumer (which consumes a queue only once the broker granted it
- * the queue's lock with LOCK_BATCH_MQ) receives each key's messages in send order, each once.
+ * the queue's lock with LOCK_BATCH_MQ) receives each key's messages in send order, each once. Once it
+ * stops (UNLOCK_BATCH_MQ), the group's next orderly consumer locks the queues at once.
  */
 public final class PushOrderly {
     public static void main(String[] argv) {
@@ -105,7 +106,37 @@ public final class PushOrderly {
         }
         h.check("the broker locked every queue for the consumer",
             locked.size() == h.num("queues", 4) && !locked.containsValue(false), locked);
-        consumer.shutdown();
+        consumer.shutdown(); // unlocks its queues (UNLOCK_BATCH_MQ)
+
+        // the group's next orderly consumer (another client id) gets the locks at once, not after the
+        // broker's 60 s lock expiry, and consumes what is sent now
+        Map<String, List<String>> next = new ConcurrentHashMap<>();
+        DefaultMQPushConsumer successor = h.pushConsumer(h.str("group"), "orderly-next");
+        successor.subscribe(topic, "*");
+        successor.registerMessageListener((MessageListenerOrderly) (msgs, context) -> {
+            for (MessageExt m : msgs) {
+                next.computeIfAbsent(m.getKeys(), k -> new ArrayList<>()).add(Harness.text(m.getBody()));
+            }
+            return ConsumeOrderlyStatus.SUCCESS;
+        });
+        Harness.startPush(successor);
+        for (int k = 0; k < keys; k++) {
+            producer.send(new Message(topic, "TagOrder", "order-" + k, Harness.utf8("order-" + k + "-late")),
+                BY_ORDER_KEY, k);
+        }
+        boolean tookOver = Harness.waitFor(() -> next.values().stream().mapToInt(List::size).sum() >= keys, 10_000);
+        Thread.sleep(300);
+        Map<String, Boolean> nextLocked = new TreeMap<>();
+        for (Map.Entry<MessageQueue, ProcessQueue> e
+            : successor.getDefaultMQPushConsumerImpl().getRebalanceImpl().getProcessQueueTable().entrySet()) {
+            nextLocked.put("queue" + e.getKey().getQueueId(), e.getValue().isLocked());
+        }
+        boolean onlyLate = next.size() == keys
+            && next.entrySet().stream().allMatch(e -> e.getValue().equals(List.of(e.getKey() + "-late")));
+        h.check("after the consumer stopped, the group's next one locks every queue and gets only the new messages",
+            tookOver && onlyLate && nextLocked.size() == h.num("queues", 4) && !nextLocked.containsValue(false),
+            "locked " + nextLocked + ", got " + new TreeMap<>(next));
+        successor.shutdown();
         producer.shutdown();
     }
 
