@@ -34,7 +34,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.java, pytest.mark.timeout(900)]
 BROKERS = ("rmqgate", "java")
 TIMING: dict[str, float] = {}
 MESSAGES = 4
-POOL = 6
+POOL = 8
 
 
 @dataclasses.dataclass
@@ -49,6 +49,7 @@ class Ctx:
     token: str
     export_dir: Path
     sent: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    client_id: str = ""  # AdminClients' consumer
 
     def name(self, kind: str) -> str:
         """A topic / group name of this run, the same on both clusters."""
@@ -84,6 +85,10 @@ class Case:
     normalise: Normaliser | None = None
     #: the command prints until it is stopped (clusterRT): killed after KILLED_AFTER seconds
     runs_until_killed: bool = False
+    #: how often a call that timed out in the tool (a loaded machine) is run again
+    retries: int = 2
+    #: where rmqgate deliberately answers otherwise than Java, why (shown in the summary table)
+    note: str = ""
 
 
 # -- normalisation ------------------------------------------------------------------------------
@@ -99,6 +104,10 @@ MILLIS = re.compile(r"\b1\d{12}\b")
 #: CommitLog positions and sizes: every stored message carries the CLUSTER property, whose value
 #: (the cluster name) is two characters longer on rmqgate's suite broker than on the Java one
 STORE_POSITION = re.compile(r"\b(storeSize|commitLogOffset|physicOffset|physicSize)=\d+")
+#: a Java object's default toString (class@identity hash) and a lambda's class name, as a client's
+#: running info prints its fields (consumerStatus -i)
+OBJECT_HASH = re.compile(r"([A-Za-z_$][\w$]*)@[0-9a-f]{1,8}\b")
+LAMBDA = re.compile(r"\$\$Lambda\$[0-9a-fx/]+")
 NUMBER = re.compile(r"-?\d+(\.\d+)?")
 RATE = re.compile(r"-?\d+\.\d+")
 
@@ -118,6 +127,7 @@ def substitute(text: str, ctx: Ctx) -> str:
     text = ADDR.sub("<addr>", text)
     text = MSG_ID.sub("<msg-id>", text)
     text = MILLIS.sub("<millis>", text)
+    text = LAMBDA.sub("$$Lambda", OBJECT_HASH.sub(r"\1@<hash>", text))
     return STORE_POSITION.sub(r"\1=<pos>", text)
 
 
@@ -180,6 +190,19 @@ def producers_of_the_clients(output: str, ctx: Ctx) -> list[str]:
     return sorted(numbers_masked("\n".join(kept), ctx))
 
 
+def own_groups(output: str, ctx: Ctx) -> list[str]:
+    """consumerProgress without a group: the header and this run's groups (other tests' groups
+    and the tools' own come and go), rates masked."""
+    return sorted(
+        RATE.sub("<rate>", line) for line in lines(output, ctx) if line.startswith("#") or ctx.token in line
+    )
+
+
+def failure_only(output: str, ctx: Ctx) -> list[str]:
+    """That the command failed, and its header: the exception the tool wraps, not its cause."""
+    return [line for line in lines(output, ctx) if line.startswith("#") or "command failed" in line]
+
+
 def topic_list(output: str, ctx: Ctx) -> list[str]:
     """topicList, order ignored (a hash set), without the topics the concurrent cases create and
     delete (``mqa_x_*``) or other tests of the session made (``ct_*``)."""
@@ -231,6 +254,8 @@ def fmt(arg: str, ctx: Ctx) -> str:
         offset_msg_id=first.get("offsetMsgId", ""),
         queue_id=first.get("queueId", 0),
         queue_offset=first.get("queueOffset", 0),
+        client_id=ctx.client_id,
+        none=ctx.name("x_none"),
     )
 
 
@@ -441,6 +466,98 @@ CASES: list[Case] = [
     Case(
         "exportMetrics", admin("exportMetrics", *NS, "-c", "{cluster}", "-f", "{export}/metrics"), "success"
     ),
+    Case(
+        "clusterList -m",
+        admin("clusterList", *NS, "-m"),
+        "#Cluster Name",
+        normalise=numbers_masked,
+    ),
+    Case(
+        "consumerProgress (all groups)",
+        admin("consumerProgress", *NS),
+        "#Group",
+        normalise=own_groups,
+    ),
+    Case(
+        "consumerStatus -i",
+        admin("consumerStatus", *NS, "-g", "{cg}", "-i", "{client_id}"),
+        "#Consumer Subscription#",
+        normalise=numbers_masked,
+    ),
+    Case(
+        "queryMsgById -g -d",
+        admin("queryMsgById", *NS, "-i", "{offset_msg_id}", "-g", "{cg}", "-d", "{client_id}"),
+        "ConsumeMessageDirectlyResult",
+        normalise=numbers_masked,
+    ),
+    Case(
+        "queryMsgTraceById",
+        admin("queryMsgTraceById", *NS, "-i", "{msg_id}"),
+        "RMQ_SYS_TRACE_TOPIC",
+    ),
+    Case(
+        "sendMsgStatus",
+        admin("sendMsgStatus", *NS, "-b", "{broker_name}", "-c", "2", "-s", "32"),
+        "SEND_OK",
+        normalise=numbers_masked,
+    ),
+    Case(
+        "updateTopic -o true",
+        calls(
+            ("updateTopic", *NS, "-c", "{cluster}", "-t", "{x}_order", "-o", "true"),
+            ("updateOrderConf", *NS, "-t", "{x}_order", "-m", "get"),
+        ),
+        "set cluster orderConf",
+    ),
+    Case(
+        "clusterAclConfigVersion",
+        admin("clusterAclConfigVersion", *NS, "-c", "{cluster}"),
+        "ClusterAclConfigVersionListSubCommand command failed",
+        normalise=failure_only,
+        retries=0,
+        note="both fail with ACL off: Java never answers (a NullPointerException in its processor), "
+        "rmqgate answers at once with code 3 (not supported)",
+    ),
+    # what a command answers when its topic, group, key or message is not there
+    Case("topicRoute (no topic)", admin("topicRoute", *NS, "-t", "{none}"), "CODE: 17"),
+    Case("topicStatus (no topic)", admin("topicStatus", *NS, "-t", "{none}"), "CODE: 17"),
+    Case("consumerConnection (no group)", admin("consumerConnection", *NS, "-g", "{none}"), "CODE: 17"),
+    Case(
+        "producerConnection (no group)",
+        admin("producerConnection", *NS, "-g", "{none}", "-t", "{topic}"),
+        "Exception",
+    ),
+    Case("consumerProgress (no group)", admin("consumerProgress", *NS, "-g", "{none}"), "CODE: 17"),
+    Case("consumerStatus (no group)", admin("consumerStatus", *NS, "-g", "{none}"), "CODE: 17"),
+    Case(
+        "getConsumerConfig (no group)", admin("getConsumerConfig", *NS, "-g", "{none}"), ""
+    ),  # prints nothing
+    Case(
+        "queryMsgByKey (no key)",
+        admin("queryMsgByKey", *NS, "-t", "{topic}", "-k", "no-such-key"),
+        "CODE: 208",
+    ),
+    Case(
+        "queryMsgById (no message)",
+        admin("queryMsgById", *NS, "-i", "7F000001000027110000000000FFFFFF"),
+        "Exception",
+    ),
+    Case(
+        "queryMsgByUniqueKey (no message)",
+        admin("queryMsgByUniqueKey", *NS, "-t", "{topic}", "-i", "7F0000010000000000000000000000AB"),
+        "Exception",
+    ),
+    Case(
+        "queryMsgByOffset (past the end)",
+        admin("queryMsgByOffset", *NS, "-t", "{topic}", "-b", "{broker_name}", "-i", "0", "-o", "99"),
+        "",  # prints nothing
+    ),
+    Case("deleteKvConfig (no key)", admin("deleteKvConfig", *NS, "-s", "{none}", "-k", "k"), "success"),
+    Case(
+        "updateOrderConf get (none)",
+        admin("updateOrderConf", *NS, "-t", "{none}", "-m", "get"),
+        "Exception",
+    ),
     # phase 2: what changes the state the phase-1 commands read
     Case(
         "consumeMessage",
@@ -515,9 +632,11 @@ CASES: list[Case] = [
 # -- running ------------------------------------------------------------------------------------
 
 #: what an overloaded machine makes of a call (the tool's own 3 s timeout): the call is run again
-TRANSIENT = re.compile(r"RemotingTimeoutException|RemotingConnectException|RemotingSendRequestException")
+TRANSIENT = re.compile(
+    r"RemotingTimeoutException|RemotingConnectException|RemotingSendRequestException|RemotingTooMuchRequestException"
+)
 CALL_TIMEOUT = 60.0
-KILLED_AFTER = 8.0
+KILLED_AFTER = 15.0
 
 
 @dataclasses.dataclass
@@ -535,7 +654,7 @@ class Run:
 
 def run_call(case: Case, args: list[str], log_dir: Path) -> tuple[str, int]:
     timeout = KILLED_AFTER if case.runs_until_killed else CALL_TIMEOUT
-    for attempt in range(3):
+    for attempt in range(case.retries + 1):
         try:
             proc = java.mqadmin(log_dir, *args, timeout=timeout, cwd=log_dir, java_opts=java.QUICK_JVM)
             output, code = proc.stdout + proc.stderr, proc.returncode
@@ -544,7 +663,7 @@ def run_call(case: Case, args: list[str], log_dir: Path) -> tuple[str, int]:
             code = 0 if case.runs_until_killed else -1
             if not case.runs_until_killed:
                 output += f"\n<no answer in {timeout} s>"
-        if not TRANSIENT.search(output) or attempt == 2:
+        if not TRANSIENT.search(output) or attempt == case.retries:
             return output, code
     raise AssertionError("unreachable")
 
@@ -614,15 +733,15 @@ def start_clients(ctx: Ctx, classes: Path, log_dir: Path) -> subprocess.Popen[st
     )  # fmt: skip
 
 
-def wait_ready(proc: subprocess.Popen[str], timeout: float = 90) -> list[dict[str, Any]]:
-    """The messages AdminClients sent, once it says READY (all of them consumed)."""
+def wait_ready(proc: subprocess.Popen[str], timeout: float = 90) -> dict[str, Any]:
+    """What AdminClients sent and its consumer's client id, once it says READY (all consumed)."""
     assert proc.stdout is not None
-    found: list[list[dict[str, Any]]] = []
+    found: list[dict[str, Any]] = []
 
     def read() -> None:
         for line in proc.stdout:  # type: ignore[union-attr]
             if line.startswith("READY "):
-                found.append(json.loads(line[len("READY ") :])["sent"])
+                found.append(json.loads(line[len("READY ") :]))
                 return
 
     with ThreadPoolExecutor(1) as pool:
@@ -647,12 +766,16 @@ def mqadmin_runs(broker_pair, tmp_path_factory) -> Iterator[tuple[dict[str, Ctx]
     procs = {b: start_clients(ctx, broker_pair.classes[4], work / b / "clients") for b, ctx in ctxs.items()}
     try:
         for b, proc in procs.items():
-            ctxs[b].sent = wait_ready(proc)
+            ready = wait_ready(proc)
+            ctxs[b].sent, ctxs[b].client_id = ready["sent"], ready["consumerClientId"]
         sent = {b: [(m["status"], m["queueId"], m["queueOffset"]) for m in ctxs[b].sent] for b in BROKERS}
         assert sent["rmqgate"] == sent["java"] == [("SEND_OK", i % 4, 0) for i in range(MESSAGES)], sent
         started = time.monotonic()
         runs = run_all(ctxs, work)
         TIMING["calls"] = time.monotonic() - started
+        (work / "ctx.json").write_text(
+            json.dumps({b: dataclasses.asdict(c) for b, c in ctxs.items()}, default=str)
+        )
         for command, by_broker in runs.items():  # kept for a look after the run
             for b, run in by_broker.items():
                 (work / b / f"{re.sub(r'[^A-Za-z0-9-]+', '_', command)}.txt").write_text(run.text)
@@ -679,10 +802,12 @@ def test_mqadmin_command_answers_as_on_java(mqadmin_runs, case: Case) -> None:
             "command": case.command,
             "rmqgate": summary(runs["rmqgate"]),
             "java": summary(runs["java"]),
-            "equal": "yes" if not diff else f"no ({sum(1 for d in diff if d.startswith('+'))} lines)",
+            "equal": ("yes" if not diff else f"no ({sum(1 for d in diff if d.startswith('+'))} lines)")
+            + (f"; {case.note}" if case.note else ""),
         }
     )
     expect = fmt(case.expect, ctxs["java"])
     report = "\n".join(f"--- {b} ({runs[b].seconds:.1f} s), raw:\n{runs[b].text[:4000]}" for b in BROKERS)
-    assert expect in " ".join(runs["java"].text.split()), f"Java's output lacks {expect!r}\n{report}"
+    did_its_work = expect in " ".join(runs["java"].text.split())
+    assert did_its_work, f"Java's output lacks {expect!r}\n{report}"
     assert not diff, "rmqgate's output differs from Java's:\n" + "\n".join(diff) + "\n" + report

@@ -17,9 +17,9 @@ import org.apache.rocketmq.common.message.Message;
  * The live clients mqadmin's connection and status commands look at: a producer that sends
  * {@code count} keyed messages to {@code topic} (message i to queue i) and stays registered, and a
  * push consumer of {@code consumerGroup} that consumes them. Once everything is consumed it prints
- * one line {@code READY {"sent": [...], "consumed": n}} and keeps both clients running until its
- * stdin closes (or {@code lifetimeMs} passes), so the wrapper holds the state while it runs its
- * commands.
+ * one line {@code READY {"sent": [...], "consumed": n, "consumerClientId": id}} and keeps both
+ * clients running until its stdin closes (or {@code lifetimeMs} passes), so the wrapper holds the
+ * state while it runs its commands.
  */
 public final class AdminClients {
     public static void main(String[] argv) throws Exception {
@@ -61,6 +61,7 @@ public final class AdminClients {
         JSONObject ready = new JSONObject(true);
         ready.put("sent", sent);
         ready.put("consumed", consumed.get());
+        ready.put("consumerClientId", consumer.buildMQClientId());
         System.out.println("READY " + JSON.toJSONString(ready));
         System.out.flush();
 
