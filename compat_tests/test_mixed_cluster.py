@@ -28,7 +28,9 @@ def broker_names(namesrv: str) -> dict[str, str]:
 
 @pytest.fixture
 def namesrv_only(request, tmp_path_factory, cluster):
-    if not cluster.started_here:
+    """A name server of its own: the cluster's when the suite did not start rmqgate itself (an
+    external cluster, or the stock Java name server with --target java), else `--role namesrv`."""
+    if not cluster.started_here or request.config.getoption("--target") == "java":
         yield cluster.namesrv
         return
     server = ServerProcess(tmp_path_factory.mktemp("namesrv"), role="namesrv")
