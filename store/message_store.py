@@ -1498,9 +1498,9 @@ class DefaultMessageStore:
         now = _now_ms() if now_ms is None else now_ms
         hour = time.localtime(now / 1000).tm_hour
         timeup = any(h.strip().isdigit() and int(h) == hour for h in cfg.delete_when.split(";"))
-        usage = shutil.disk_usage(self.root)
-        ratio = usage.used * 100 / usage.total if usage.total else 0
-        spacefull = ratio > min(max(cfg.disk_max_used_space_ratio, 10), 95)  # as getDiskMaxUsedSpaceRatio
+        ratio = disk_used_percent(self.root)
+        # (getDiskMaxUsedSpaceRatio's bounds; an unreadable partition counts as full, as in Java)
+        spacefull = ratio < 0 or ratio > min(max(cfg.disk_max_used_space_ratio, 10), 95)
         self._disk_full = ratio > _DISK_WARNING_RATIO  # like RunningFlags DISK_FULL
         deleted = 0
         if timeup or spacefull or force:
@@ -1549,7 +1549,8 @@ class DefaultMessageStore:
         return {
             "commitLogMinOffset": str(cl.get_min_offset()),
             "commitLogMaxOffset": str(cl.get_max_offset()),
-            "commitLogDiskRatio": f"{_disk_ratio(self.root):.4f}",
+            "commitLogDiskRatio": str(disk_used_percent(self.root) / 100),
+            "consumeQueueDiskRatio": str(disk_used_percent(self.root) / 100),  # its consumequeue/ is here too
             "dispatchBehindBytes": str(self._index_process.behind() if self._index_process else 0),
             "putMessageEntireTimeMax": "0",
             "earliestMessageTimeStamp": str(self._earliest_commitlog_time()),
@@ -1566,9 +1567,18 @@ class DefaultMessageStore:
             return -1
 
 
-def _disk_ratio(path: Path) -> float:
-    u = shutil.disk_usage(path)
-    return u.used / u.total if u.total else 0.0
+def disk_used_percent(path: Path) -> int:
+    """UtilAll.getDiskPartitionSpaceUsedPercent as a whole percent: used / (used + available to
+    us), rounded up (df's figure; blocks reserved for root count as neither); -100 (ratio -1) when
+    the partition cannot be read."""
+    try:
+        u = shutil.disk_usage(path)  # used = total - free blocks; free = blocks available to us
+    except OSError:
+        return -100
+    entire = u.used + u.free
+    if u.total <= 0 or entire <= 0:
+        return -100
+    return -(-u.used * 100 // entire)
 
 
 def _fsync_dir(path: Path) -> None:

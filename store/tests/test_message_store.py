@@ -801,3 +801,27 @@ def test_put_totals_count_appends_since_open(tmp_path: Path) -> None:
         assert s.topic_put_totals() == {"T": 1}
     finally:
         s.shutdown()
+
+
+def test_disk_ratio_is_javas_used_over_used_and_available(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """commitLogDiskRatio / consumeQueueDiskRatio (brokerStatus, clusterList's #SPACE) and the
+    cleaner's threshold read the partition as Java's getDiskPartitionSpaceUsedPercent does: used /
+    (used + available), rounded up to a percent - df's figure. Blocks reserved for root count as
+    neither (here 150 of 252 GiB: used/total would say 10%, df and Java say 24%)."""
+    import collections
+
+    import rmqgate.store.message_store as ms
+
+    Usage = collections.namedtuple("Usage", "total used free")
+    monkeypatch.setattr(ms.shutil, "disk_usage", lambda _p: Usage(252, 24, 78))
+    assert ms.disk_used_percent(tmp_path) == 24
+    s = DefaultMessageStore.open(cfg(tmp_path), start_services=False)
+    try:
+        info = s.runtime_info()
+        assert (info["commitLogDiskRatio"], info["consumeQueueDiskRatio"]) == ("0.24", "0.24")
+        monkeypatch.setattr(ms.shutil, "disk_usage", lambda _p: Usage(100, 50, 50))
+        assert s.runtime_info()["commitLogDiskRatio"] == "0.5"  # Double.toString of 50 / 100.0
+    finally:
+        s.shutdown()
