@@ -622,7 +622,7 @@ class AdminBrokerProcessor(RequestProcessor):
             "brokerVersionDesc": version_desc(MQVersion.V4_9_8),
             "brokerVersion": str(int(MQVersion.V4_9_8)),
             "bootTimestamp": str(self.boot_timestamp),
-            "runtime": f"[ {int(time.time() - self.boot_timestamp / 1000)} s ]",
+            "runtime": format_runtime(int(time.time() * 1000) - self.boot_timestamp),
             "commitLogMinOffset": str(store.get_min_phy_offset()),
             "commitLogMaxOffset": str(store.get_max_phy_offset()),
             "earliestMessageTimeStamp": "0",
@@ -713,3 +713,10 @@ def _refused_topic(req: RemotingCommand, topic: str) -> RemotingCommand | None:
     if is_system_topic(topic):
         return req.response(ResponseCode.SYSTEM_ERROR, f"The topic[{topic}] is conflict with system topic.")
     return None
+
+
+def format_runtime(ms: int) -> str:
+    """StoreStatsService.getFormatRuntime: the broker's uptime as brokerStatus prints it."""
+    days, rest = divmod(max(ms, 0) // 1000, 86_400)
+    hours, rest = divmod(rest, 3600)
+    return f"[ {days:,} days, {hours} hours, {rest // 60} minutes, {rest % 60} seconds ]"

@@ -361,6 +361,9 @@ async def test_runtime_info_has_javas_keys(Broker) -> None:
         delays = {k for k in table if k.startswith("scheduleMessageOffset_")}
         assert delays == {f"scheduleMessageOffset_{level}" for level in b.store.meta.delay_offsets()}
         assert table["putMessageDistributeTime"].startswith("[<=0ms]:0 [0~10ms]:0 ")
+        assert re.fullmatch(r"\[ 0 days, 0 hours, 0 minutes, \d+ seconds \]", table["runtime"]), table[
+            "runtime"
+        ]
         # mqadmin brokerStatus on a 4.9.8 broker lists no broker or cluster name and no flushDiskType
         assert not {"brokerName", "brokerClusterName", "flushDiskType"} & set(table)
         assert table["putMessageDistributeTime"].endswith(" [10s~]:0 ")
