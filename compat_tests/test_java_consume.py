@@ -4,9 +4,12 @@ compressed bodies; each program checks what it received, and the outcome must ma
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import pytest
 
-from rmqgate.compat_tests.java import CLIENT_VERSIONS, SERIALIZATIONS
+from rmqgate.compat_tests.java import CLIENT_VERSIONS, SERIALIZATIONS, BrokerPair
 
 pytestmark = [pytest.mark.slow, pytest.mark.java]
 
@@ -27,7 +30,17 @@ LITE_PULL_CHECKS = (
 )
 
 
-def run(broker_pair, uniq, main: str, version: int, serialization: str, queues: int = 4, **args):
+def run(
+    broker_pair: BrokerPair,
+    uniq: Callable[..., str],
+    main: str,
+    version: int,
+    serialization: str,
+    queues: int = 4,
+    **args: Any,
+) -> dict[str, dict[str, Any] | Exception]:
+    """``compat.<main>`` on both brokers with a fresh topic of ``queues`` queues, two consumer groups
+    and a producer group."""
     topic = uniq()
     broker_pair.create_topic(topic, queues)
     names = {"group": uniq("cg"), "group2": uniq("cg2"), "producerGroup": uniq("pg")}

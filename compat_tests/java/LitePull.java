@@ -124,7 +124,8 @@ public final class LitePull {
         DefaultLitePullConsumer subscribed = consumer(h, group2, "lite-subscribe");
         subscribed.subscribe(topic, "*");
         subscribed.start();
-        List<MessageExt> all = pollAll(subscribed, total, 6_000);
+        // a client that polled nothing in assign mode gets less time here (the 5.x client on 4.9.8)
+        List<MessageExt> all = pollAll(subscribed, total, got.isEmpty() ? 2_000 : 6_000);
         List<String> bodies = new ArrayList<>();
         for (MessageExt m : all) {
             bodies.add(Harness.text(m.getBody()));
@@ -154,7 +155,7 @@ public final class LitePull {
                 }
             }
             return stored.values().stream().allMatch(o -> o == perQueue);
-        }, 4_000);
+        }, all.isEmpty() ? 0 : 4_000);
         h.check("the committed offsets reach the broker", reached, stored);
         reader.shutdown();
         subscribed.shutdown();
