@@ -316,6 +316,8 @@ def fmt(arg: str, ctx: Ctx) -> str:
         export=ctx.export_dir,
         msg_id=first.get("msgId", ""),
         offset_msg_id=first.get("offsetMsgId", ""),
+        # the broker's address with a CommitLog offset past the end
+        missing_msg_id=first.get("offsetMsgId", "")[:16] + "0000000000FFFFFF",
         queue_id=first.get("queueId", 0),
         queue_offset=first.get("queueOffset", 0),
         client_id=ctx.client_id,
@@ -622,7 +624,7 @@ CASES: list[Case] = [
     ),
     Case(
         "queryMsgById (no message)",
-        admin("queryMsgById", *NS, "-i", "7F000001000027110000000000FFFFFF"),
+        admin("queryMsgById", *NS, "-i", "{missing_msg_id}"),
         "Exception",
     ),
     Case(
@@ -785,12 +787,20 @@ def compare(case: Case, runs: dict[str, Run], ctxs: dict[str, Ctx]) -> list[str]
 
 
 def summary(run: Run) -> str:
-    """A table cell: the first error a call printed, or how much it printed."""
+    """A table cell: the first error a call printed (its response code, or its root cause), or
+    how much it printed."""
     for output in run.outputs:
-        m = re.search(r"(?:CODE: (\d+)\s+DESC: ([^\n]{0,60}))|(\w+Exception)", output)
-        if m:
-            what = f"{m.group(1)} {m.group(2).strip()}" if m.group(1) else m.group(3)
-            return f"error: {what} ({run.seconds:.0f} s)"
+        code = re.search(r"CODE: (\d+)\s+DESC: ([^\n]{0,48})", output)
+        causes = re.findall(r"Caused by: [\w.$]*?(\w+): ([^\n]{0,48})", output)
+        if code:
+            what = f"CODE {code[1]} {code[2].strip()}"
+        elif causes:
+            what = f"{causes[-1][0]}: {causes[-1][1].strip()}"
+        elif "Exception" in output:
+            what = re.findall(r"(\w+Exception)", output)[0]
+        else:
+            continue
+        return f"error: {what} ({run.seconds:.0f} s)".replace("|", "/")
     count = sum(1 for out in run.outputs for line in out.splitlines() if line.strip())
     return f"ok, {count} lines ({run.seconds:.0f} s)"
 
@@ -869,7 +879,7 @@ def mqadmin_runs(broker_pair, tmp_path_factory) -> Iterator[tuple[dict[str, Ctx]
                 proc.stdin.close()
         for proc in procs.values():
             try:
-                proc.wait(20)
+                proc.wait(10)
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
