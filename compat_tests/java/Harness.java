@@ -165,10 +165,11 @@ public final class Harness {
         return got;
     }
 
-    /** A started producer of {@code group} on the program's name server. */
+    /** A started producer of {@code group} on the program's name server; a send may take 10 s (not 3). */
     public DefaultMQProducer producer(String group) throws MQClientException {
         DefaultMQProducer producer = new DefaultMQProducer(group);
         producer.setNamesrvAddr(namesrv());
+        producer.setSendMsgTimeout(10_000);
         producer.start();
         return producer;
     }
