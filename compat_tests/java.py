@@ -203,8 +203,9 @@ def java_client(
     return Background(cmd, env, classes, what, timeout)
 
 
-#: JVM options for short tool runs: C1 only and the serial collector halve a call's CPU time.
-QUICK_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+#: JVM options for short tool runs: C1 only and the serial collector halve a call's CPU time; no
+#: hsperfdata file (a reused pid's is locked by another JVM, and the warning lands in the output).
+QUICK_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:-UsePerfData"
 
 
 def mqadmin(

@@ -87,6 +87,8 @@ class Case:
     runs_until_killed: bool = False
     #: how often a call that timed out in the tool (a loaded machine) is run again
     retries: int = 2
+    #: output that also means "timed out" for this command (a send it reports as failed)
+    retry_on: str = ""
     #: where rmqgate deliberately answers otherwise than Java, why (shown in the summary table)
     note: str = ""
 
@@ -94,7 +96,7 @@ class Case:
 # -- normalisation ------------------------------------------------------------------------------
 
 #: Lines the JVM or the client libraries print around a command's own output.
-NOISE = re.compile(r"^(RocketMQLog|SLF4J|log4j|WARNING|OpenJDK|Java HotSpot)|^\s*$")
+NOISE = re.compile(r"^(RocketMQLog|SLF4J|log4j|WARNING|OpenJDK|Java HotSpot)|^\[[\d.]+s\]\[warning\]|^\s*$")
 DATE = re.compile(r"\d{4}-\d{2}-\d{2}[ T#]\d{2}:\d{2}:\d{2}([,.:]\d{3})?")
 CLIENT_ID = re.compile(r"\b\d+\.\d+\.\d+\.\d+@[\w#.:-]+")
 ADDR = re.compile(r"\b\d+\.\d+\.\d+\.\d+:\d+\b")
@@ -495,6 +497,7 @@ CASES: list[Case] = [
         admin("checkMsgSendRT", *NS, "-t", "{send_topic}", "-a", "3", "-s", "64"),
         "Avg RT",
         normalise=numbers_masked,
+        retry_on=r"\sfalse\s",
     ),
     Case(
         "sendMessage",
@@ -695,6 +698,14 @@ CASES: list[Case] = [
         phase=2,
         normalise=sorted_lines,
     ),
+    # phase 3: the live consumer's group rewound (it then consumes everything again)
+    Case(
+        "resetOffsetByTime (to the start)",
+        admin("resetOffsetByTime", *NS, "-g", "{cg}", "-t", "{topic}", "-s", "0"),
+        "rollback consumer offset by specified",
+        phase=3,
+        normalise=sorted_lines,
+    ),
     Case(
         "skipAccumulatedMessage",
         admin("skipAccumulatedMessage", *NS, "-g", "{cg}", "-t", "{topic}"),
@@ -748,7 +759,8 @@ def run_call(case: Case, args: list[str], log_dir: Path) -> tuple[str, int]:
             code = 0 if case.runs_until_killed else -1
             if not case.runs_until_killed:
                 output += f"\n<no answer in {timeout} s>"
-        if not TRANSIENT.search(output) or attempt == case.retries:
+        transient = TRANSIENT.search(output) or (case.retry_on and re.search(case.retry_on, output))
+        if not transient or attempt == case.retries:
             return output, code
     raise AssertionError("unreachable")
 
