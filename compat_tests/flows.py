@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from rmqgate.compat_tests import java
 from rmqgate.compat_tests.drivers import (
     CPP_FLOWS,
     DRIVER_TIMEOUT,
@@ -111,6 +112,70 @@ class FeatureServer:
         return name
 
 
+#: FEATURE_CONF's settings for the stock Java 4.9.8 broker: the suite's Java broker.conf plus the
+#: flows' own. Its lock lifetime is the system property rocketmq.broker.rebalance.lockMaxLiveTime,
+#: whose default is FEATURE_CONF's 60000 ms.
+JAVA_FEATURE_CONF = java.JAVA_BROKER_CONF + f"transactionCheckMax=5\nmessageDelayLevel={DELAY_LEVELS}\n"
+
+
+class JavaFeatureServer:
+    """The stock Java 4.9.8 name server + broker (``--target java``) with FEATURE_CONF's settings and
+    names, in FeatureServer's place: ``start`` again serves the same store on the same ports."""
+
+    def __init__(self, workdir: Path, extra_conf: str = "") -> None:
+        workdir.mkdir(parents=True, exist_ok=True)
+        self.workdir = workdir
+        self.conf = JAVA_FEATURE_CONF + extra_conf
+        self.namesrv_port = free_port()
+        self.broker_port = java._broker_port()  # its VIP and HA neighbours free too
+        self.namesrv = f"127.0.0.1:{self.namesrv_port}"
+        self.broker = f"127.0.0.1:{self.broker_port}"
+        self.servers: list[java.JavaServer] = []
+        self.starts = 0
+
+    def start(self, timeout: float = STARTUP_TIMEOUT) -> JavaFeatureServer:
+        self.starts += 1
+        try:
+            namesrv = java.JavaNameServer(self.workdir / f"namesrv-{self.starts}", self.namesrv_port)
+            self.servers.append(namesrv)
+            namesrv.wait_ready(timeout)
+            broker = java.JavaBroker(
+                self.workdir / "broker", self.namesrv, cluster="FlowCluster", name="flow-broker-a",
+                port=self.broker_port, extra_conf=self.conf,
+            )  # fmt: skip
+            self.servers.append(broker)
+            broker.wait_ready(timeout)
+            discover_broker(self.namesrv, timeout)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self, timeout: float = 20.0) -> int | None:
+        """SIGTERM to the broker, then the name server; 0 when both ended by it (a JVM that ran its
+        shutdown hooks exits with 143), else the first other exit code; None if not running."""
+        servers, self.servers = self.servers, []
+        codes = []
+        for server in reversed(servers):
+            server.stop(timeout)
+            codes.append(server.proc.returncode)
+        bad = [c for c in codes if c not in (0, 143)]
+        return None if not servers else (bad[0] if bad else 0)
+
+    create_topic = FeatureServer.create_topic
+
+
+def feature_server(
+    config: pytest.Config, workdir: Path, extra_conf: str = ""
+) -> FeatureServer | JavaFeatureServer:
+    """The flows' server for the suite's target: rmqgate (FeatureServer) or, with ``--target java``,
+    the stock Java pair (JavaFeatureServer); ``extra_conf`` (broker.conf lines) overrides FEATURE_CONF.
+    Not started."""
+    if config.getoption("--target") == "java" and not config.getoption("--namesrv"):
+        return JavaFeatureServer(workdir, extra_conf)
+    return FeatureServer(workdir, FEATURE_CONF + extra_conf)
+
+
 def consumer_count(broker: str, group: str) -> int:
     """How many consumers of ``group`` are registered with ``broker`` (GET_CONSUMER_LIST_BY_GROUP). A
     test waits on it rather than sleeping until a consumer it started is up."""
@@ -132,8 +197,10 @@ def feature_server_fixture(name: str) -> Any:
     """A module-scoped ``flow_server`` fixture: one FeatureServer in a temp dir called ``name``."""
 
     @pytest.fixture(scope="module")
-    def flow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FeatureServer]:
-        server = FeatureServer(tmp_path_factory.mktemp(name)).start()
+    def flow_server(
+        request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+    ) -> Iterator[FeatureServer | JavaFeatureServer]:
+        server = feature_server(request.config, tmp_path_factory.mktemp(name)).start()
         try:
             yield server
         finally:

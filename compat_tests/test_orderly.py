@@ -9,7 +9,8 @@ ends without calling shutdown; the wrapper's destructor still shuts the C++ cons
 unlocks its queues, as the process exits). The raw wire client checks the lock semantics, among them
 that a lock outlives its connection.
 
-Runs against its own `rmqgate serve --conf` (compat_tests/flows.py FEATURE_CONF).
+Runs on its own server, `rmqgate serve --conf` or the Java pair with --target java
+(flows.py FEATURE_CONF).
 """
 
 from __future__ import annotations

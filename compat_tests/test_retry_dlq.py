@@ -5,7 +5,8 @@ and ali-ons 3.12.0 (a handler that throws). A failed message comes back with rec
 its original topic (the client restores it from RETRY_TOPIC); past maxReconsumeTimes it lands in
 %DLQ%<group>. The raw wire client drives CONSUMER_SEND_MSG_BACK step by step.
 
-Runs against its own `rmqgate serve --conf` (compat_tests/flows.py FEATURE_CONF: every retry level
+Runs on its own server, `rmqgate serve --conf` or the Java pair with --target java
+(flows.py FEATURE_CONF: every retry level
 is 1 s). %RETRY%<group> is created before a client starts so its first route lookup finds it
 (CLIENTS.md: otherwise the first retry waits for the next route poll).
 """
