@@ -95,6 +95,7 @@ public final class PullConsumer {
             ids.add(r.getMsgId());
         }
         producer.shutdown();
+        dispatched(pull, full, n);
 
         DefaultMQPullConsumer fresh2 = new DefaultMQPullConsumer(h.str("group2"));
         fresh2.setNamesrvAddr(h.namesrv());
@@ -161,6 +162,7 @@ public final class PullConsumer {
         }
         batcher.send(batch, big);
         batcher.shutdown();
+        dispatched(pull, big, 40);
         PullResult capped = pull.pull(big, "*", 0, 64);
         h.check("a pull of up to 64 in-memory messages returns 32 (maxTransferCountOnMessageInMemory)",
             capped.getPullStatus() == PullStatus.FOUND && capped.getMsgFoundList().size() == 32
@@ -173,6 +175,7 @@ public final class PullConsumer {
             tagger.send(new Message(topic, i % 2 == 0 ? "TagA" : "TagC", Harness.utf8("mixed-body-" + i)), mixed);
         }
         tagger.shutdown();
+        dispatched(pull, mixed, 10);
         PullResult firstTwo = pull.pull(mixed, "TagA", 0, 2);
         h.check("pull \"TagA\" max 2 from 0: offsets 0 and 2, next offset 3",
             offsets(firstTwo).equals(List.of(0L, 2L)) && firstTwo.getNextBeginOffset() == 3, withOffsets(firstTwo));
@@ -229,6 +232,20 @@ public final class PullConsumer {
         h.check("another consumer of the group reads the committed offset", seen == 5, seen);
         other.shutdown();
         pull.shutdown();
+    }
+
+    /**
+     * Waits until the queue holds {@code count} messages: a Java broker answers a send once the message
+     * is in its CommitLog and adds it to the consume queue just after.
+     */
+    private static void dispatched(DefaultMQPullConsumer pull, MessageQueue mq, long count) throws Exception {
+        Harness.waitFor(() -> {
+            try {
+                return pull.maxOffset(mq) >= count;
+            } catch (Exception e) {
+                return false;
+            }
+        }, 5_000);
     }
 
     private static long readStored(DefaultMQPullConsumer pull, MessageQueue mq) {
