@@ -88,8 +88,19 @@ def visible(c: WireClient, topic: str, queue_id: int) -> list[Any]:
 
 
 def test_cpp_transaction_producer_commit_rollback_and_check_back(
-    flow_server: FeatureServer, uniq: Any, client_home: Path
+    request: pytest.FixtureRequest, tmp_path: Path, uniq: Any, client_home: Path
 ) -> None:
+    """The C++ 2.0 producer's group is known to the broker only from its heartbeat, which may come
+    seconds after the halves (its first one at start knows no broker): the checks before it find no
+    producer and still count, so this server allows many (not transactionCheckMax 5)."""
+    server = feature_server(request.config, tmp_path / "srv", "transactionCheckMax=1000\n").start()
+    try:
+        _cpp_transaction_flow(server, uniq, client_home)
+    finally:
+        server.stop()
+
+
+def _cpp_transaction_flow(flow_server: FeatureServer, uniq: Any, client_home: Path) -> None:
     topic = flow_server.create_topic(uniq(), 4)
     plan = [
         {"body": "commit-1", "local": "commit"},
@@ -114,11 +125,11 @@ def test_cpp_transaction_producer_commit_rollback_and_check_back(
     assert {c["body"] for c in checks} == {"unknown-commit", "unknown-rollback"}  # only the unresolved
     for check in checks:
         assert check["topic"] == topic  # the half restored to its real topic
-        assert check["transaction_check_times"] == "1"
+        assert int(check["transaction_check_times"]) >= 1
         waited = check["at"] - sent_at[check["body"]]
-        # transactionTimeOut and transactionCheckInterval 1 s (60 s by default); the upper bound leaves
-        # room for a loaded machine
-        assert 0.9 <= waited < 10, f"checked {waited:.2f} s after the send (transactionTimeOut 1 s)"
+        # transactionTimeOut and transactionCheckInterval 1 s (6 s and 60 s by default); the upper
+        # bound leaves room for the producer's heartbeat, every 30 s
+        assert 0.9 <= waited < 45, f"checked {waited:.2f} s after the send (transactionTimeOut 1 s)"
     assert wait_until(lambda: bodies(flow_server, topic) == ["commit-1", "unknown-commit"], timeout=30)
     by_body = {
         bytes(m.body).decode(): m for ms in stored_messages(flow_server.broker, topic).values() for m in ms
