@@ -104,7 +104,7 @@ CLIENT_ID = re.compile(r"\b\d+\.\d+\.\d+\.\d+@[\w#.:-]+")
 ADDR = re.compile(r"\b\d+\.\d+\.\d+\.\d+:\d+\b")
 #: offset message ids (32 hex digits) and unique keys (IPv6 hosts give 56): broker and client made
 MSG_ID = re.compile(r"\b[0-9A-F]{32,}\b")
-MILLIS = re.compile(r"\b1\d{12}\b")
+MILLIS = re.compile(r"(?<![\d.])1\d{12}\b")  # (not a fraction's digits)
 #: CommitLog positions and sizes: every stored message carries the CLUSTER property, whose value
 #: (the cluster name) is two characters longer on rmqgate's suite broker than on the Java one
 STORE_POSITION = re.compile(r"\b(storeSize|commitLogOffset|physicOffset|physicSize)=\d+")
@@ -218,11 +218,24 @@ def exported(path: str) -> Normaliser:
     return normalise
 
 
+def masked_figures(value: Any) -> Any:
+    """A JSON value with every number (and number written as text) replaced by ``<n>``."""
+    if isinstance(value, dict):
+        return {k: masked_figures(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [masked_figures(v) for v in value]
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return "<n>"
+    if isinstance(value, str) and NUMBER.fullmatch(value):
+        return "<n>"
+    return value
+
+
 def exported_metrics(output: str, ctx: Ctx) -> list[str]:
     """exportMetrics: the tool's line and the file's keys; its figures (sizes, rates, counts of the
     topics the concurrent cases make) are masked."""
-    data = json.loads((ctx.export_dir / "metrics/metrics.json").read_text())
-    return numbers_masked(output + "\n" + json.dumps(data, indent=1, sort_keys=True), ctx)
+    data = masked_figures(json.loads((ctx.export_dir / "metrics/metrics.json").read_text()))
+    return lines(output + "\n" + json.dumps(data, indent=1, sort_keys=True), ctx)
 
 
 def stats_all(output: str, ctx: Ctx) -> list[str]:
@@ -272,8 +285,9 @@ SAME_STATUS = re.compile(
     r"|\w+QueueCapacity|\w+QueueSize|msg(Put|Get)Total\w*Morning|putMessageFailedTimes|remainHowManyDataToFlush"
     r"|remainTransientStoreBufferNumbs|startAcceptSendRequestTimeStamp|pageCacheLockTimeMills"
 )
-#: brokerStatus keys compared by their form only (the figures are the moment's)
-FORM_STATUS = {"runtime", "putMessageDistributeTime", "commitLogDirCapacity"}
+#: brokerStatus keys compared by their form only (the figures are the moment's); a Java broker's
+#: putMessageDistributeTime reads "null" until its first minute's sample, so only its key counts
+FORM_STATUS = {"runtime", "commitLogDirCapacity"}
 
 
 def broker_status(output: str, ctx: Ctx) -> list[str]:
