@@ -12,14 +12,12 @@ import functools
 import json
 import os
 import shutil
-import signal
 import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
 from rmqgate.compat_tests.drivers import Background, DriverError
-from rmqgate.compat_tests.servers import free_port, log_tail, port_open
+from rmqgate.compat_tests.servers import free_port, port_open, terminate, wait_logged
 
 COMPAT_DIR = Path(__file__).resolve().parent
 ROOT = COMPAT_DIR.parent
@@ -75,25 +73,10 @@ class JavaServer:
         self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, cwd=workdir, env=env)
 
     def wait_ready(self, timeout: float = STARTUP_TIMEOUT) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(
-                    f"{self.launcher} exited with {self.proc.returncode}:\n{log_tail(self.log_path)}"
-                )
-            if b"boot success" in self.log_path.read_bytes() and all(port_open(p) for p in self.ports):
-                return
-            time.sleep(0.1)
-        raise RuntimeError(f"{self.launcher} not ready after {timeout} s:\n{log_tail(self.log_path)}")
+        wait_logged(self.proc, self.log_path, b"boot success", self.ports, timeout, self.launcher)
 
     def stop(self, timeout: float = 20.0) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        terminate(self.proc, timeout)
         self._log.close()
 
 

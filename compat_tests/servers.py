@@ -77,6 +77,33 @@ def log_tail(path: Path | None, lines: int = 200) -> str:
     return "\n".join(text[-lines:])
 
 
+def wait_logged(
+    proc: subprocess.Popen[bytes], log_path: Path, line: bytes, ports: list[int], timeout: float, what: str
+) -> None:
+    """Wait until ``line`` is in the server's log and every port accepts connections; RuntimeError
+    with the log's tail if it exits or the time runs out first."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{what} exited with {proc.returncode}:\n{log_tail(log_path)}")
+        if line in log_path.read_bytes() and all(port_open(p) for p in ports):
+            return
+        time.sleep(0.1)
+    raise RuntimeError(f"{what} not ready after {timeout} s:\n{log_tail(log_path)}")
+
+
+def terminate(proc: subprocess.Popen[bytes], timeout: float) -> int | None:
+    """SIGTERM, then SIGKILL if it has not exited within ``timeout``; its exit code."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    return proc.returncode
+
+
 def discover_broker(namesrv: str, timeout: float = STARTUP_TIMEOUT) -> tuple[str, str, str]:
     """(broker master address, brokerName, clusterName) of the first registered broker."""
 
@@ -159,24 +186,9 @@ class ServerProcess:
             "namesrv": [self.namesrv_port],
             "broker": [self.broker_port],
         }[self.role]
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(
-                    f"rmqgate serve exited with {self.proc.returncode}:\n{log_tail(self.log_path)}"
-                )
-            if b"rmqgate ready" in self.log_path.read_bytes() and all(port_open(p) for p in ports):
-                return
-            time.sleep(0.1)
-        raise RuntimeError(f"rmqgate serve not ready after {timeout} s:\n{log_tail(self.log_path)}")
+        wait_logged(self.proc, self.log_path, b"rmqgate ready", ports, timeout, "rmqgate serve")
 
     def stop(self, timeout: float = 15.0) -> int | None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        code = terminate(self.proc, timeout)
         self._log.close()
-        return self.proc.returncode
+        return code
