@@ -13,6 +13,7 @@ it cleans, one TLB-shootdown IPI per page to the writer's CPU.
 from __future__ import annotations
 
 import ctypes
+import errno
 import mmap
 import os
 import threading
@@ -303,13 +304,29 @@ class MappedFile:
         return os.stat(self.path).st_mtime
 
     def zero_from(self, pos: int) -> None:
-        """Zero every non-zero byte from ``pos`` to the end (torn tails must not resurface later)."""
+        """Zero every non-zero byte from ``pos`` to the end (torn tails must not resurface later).
+
+        Holes of the sparse segment are skipped (``SEEK_DATA``): reading them would fault in a
+        gigabyte of zero pages at every restart."""
         buf = self.buf
         while pos < self.file_size:
+            pos = self._next_data(pos)
+            if pos >= self.file_size:
+                return
             end = min(pos + len(_ZERO_CHUNK), self.file_size)
             if buf[pos:end] != _ZERO_CHUNK[: end - pos]:
                 buf[pos:end] = _ZERO_CHUNK[: end - pos]
             pos = end
+
+    def _next_data(self, pos: int) -> int:
+        """The first offset at or after ``pos`` that is not in a hole (``file_size`` if none);
+        ``pos`` itself where the descriptor is closed or the file system cannot tell."""
+        if self._fd < 0:
+            return pos
+        try:
+            return os.lseek(self._fd, pos, os.SEEK_DATA)
+        except OSError as e:
+            return self.file_size if e.errno == errno.ENXIO else pos
 
     def close(self) -> None:
         with self._syscalls_done:

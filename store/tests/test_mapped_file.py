@@ -276,3 +276,17 @@ def test_a_segment_last_written_in_the_millisecond_now_names_is_expired_at_age_0
         assert q.expired_by_time(1, now_ms=first_ns // 1_000_000) == 0
     finally:
         q.close()
+
+
+@pytest.mark.parametrize("keep_fd", [True, False])
+def test_zero_from_clears_data_past_holes_and_keeps_what_is_before(tmp_path: Path, keep_fd: bool) -> None:
+    size = 16 << 20
+    f = MappedFile(tmp_path / offset_to_file_name(0), size, keep_fd=keep_fd)
+    junk = {0: b"kept", 100: b"torn tail", 3 << 20: b"after a hole", size - 7: b"the end"}
+    for at, data in junk.items():
+        f.buf[at : at + len(data)] = data
+    f.zero_from(100)
+    f.close()
+    content = (tmp_path / offset_to_file_name(0)).read_bytes()
+    assert content[:4] == b"kept"
+    assert content[100:].count(0) == size - 100
