@@ -115,6 +115,32 @@ def broker_pair(
     )
 
 
+@pytest.fixture(scope="module")
+def fresh_broker_pair(
+    java_classes: dict[int, Path], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[java.BrokerPair]:
+    """A new `rmqgate serve` and a new stock Java pair for one module, both empty: for comparisons of
+    whole-cluster listings, which the session's brokers fill differently as other modules run."""
+    workdir = tmp_path_factory.mktemp("fresh-pair")
+    (workdir / "rmqgate").mkdir()
+    server = ServerProcess(workdir / "rmqgate")
+    _STARTED.append(server)
+    try:
+        server.wait_ready()
+        addr, name, cluster_name = discover_broker(server.namesrv)
+        rmqgate = Cluster(server.namesrv, addr, name, cluster_name, True, server.log_path, server.store)
+        java_pair, java_servers = start_java_cluster(workdir / "java")
+        try:
+            yield java.BrokerPair(
+                {"rmqgate": rmqgate, "java": java_pair}, java_classes, workdir / "client-logs"
+            )
+        finally:
+            for jserver in reversed(java_servers):
+                jserver.stop()
+    finally:
+        server.stop()
+
+
 @pytest.fixture(scope="session")
 def cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     """The name server + broker under test (session-wide)."""

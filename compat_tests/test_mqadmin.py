@@ -872,9 +872,13 @@ def wait_ready(proc: subprocess.Popen[str], timeout: float = 90) -> dict[str, An
 
 
 @pytest.fixture(scope="module")
-def mqadmin_runs(broker_pair, tmp_path_factory) -> Iterator[tuple[dict[str, Ctx], dict[str, dict[str, Run]]]]:
+def mqadmin_runs(
+    fresh_broker_pair, tmp_path_factory
+) -> Iterator[tuple[dict[str, Ctx], dict[str, dict[str, Run]]]]:
     """The same state on both clusters (a topic, keyed messages, a live producer and consumer),
-    then every case run on both."""
+    then every case run on both. The clusters are the module's own: the listings compared cover every
+    topic and group a broker has."""
+    broker_pair = fresh_broker_pair
     work = tmp_path_factory.mktemp("mqadmin")
     token = secrets.token_hex(3)
     ctxs = {
