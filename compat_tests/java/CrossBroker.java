@@ -115,7 +115,7 @@ public final class CrossBroker {
                 return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
             });
         }
-        push.start();
+        Harness.startPush(push);
         boolean all = Harness.waitFor(() -> pushedFrom.keySet().containsAll(brokerByBody.keySet()), 40_000);
         push.shutdown();
         Map<String, List<String>> pushed = new TreeMap<>(pushedFrom);

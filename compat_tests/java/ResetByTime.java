@@ -140,9 +140,9 @@ public final class ResetByTime {
             }
             return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
         });
-        push.start();
+        Harness.startPush(push);
         int wave2 = PER_QUEUE * queues.size();
-        Harness.waitFor(() -> bodies.size() >= wave2, 15_000);
+        Harness.waitFor(() -> bodies.size() >= wave2, 30_000);
         Thread.sleep(1000); // anything of the first wave would be here by now
         push.shutdown();
 

@@ -63,7 +63,7 @@ public final class RetryDlq {
             }
             return ConsumeConcurrentlyStatus.RECONSUME_LATER;
         });
-        consumer.start();
+        Harness.startPush(consumer);
 
         DefaultMQProducer producer = new DefaultMQProducer(group + "_producer");
         producer.setNamesrvAddr(h.namesrv());
