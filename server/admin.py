@@ -649,7 +649,7 @@ class AdminBrokerProcessor(RequestProcessor):
         }
         for key, name in _QUEUE_CAPACITIES.items():
             table[key] = props[name]
-        table.update({k: str(v) for k, v in store.runtime_info().items() if k != "flushDiskType"})
+        table.update(store.runtime_info())
         root = store.config.store_path_root_dir  # (the CommitLog is always its commitlog/ directory)
         table[f"commitLogDiskRatio_{os.path.join(root, 'commitlog')}"] = table["commitLogDiskRatio"]
         for level, offset in store.meta.delay_offsets().items():  # ScheduleMessageService.buildRunningStats

@@ -1546,15 +1546,15 @@ class DefaultMessageStore:
 
     def runtime_info(self) -> dict[str, str]:
         cl = self.commitlog
+        disk_ratio = str(disk_used_percent(self.root) / 100)
         return {
             "commitLogMinOffset": str(cl.get_min_offset()),
             "commitLogMaxOffset": str(cl.get_max_offset()),
-            "commitLogDiskRatio": str(disk_used_percent(self.root) / 100),
-            "consumeQueueDiskRatio": str(disk_used_percent(self.root) / 100),  # its consumequeue/ is here too
+            "commitLogDiskRatio": disk_ratio,
+            "consumeQueueDiskRatio": disk_ratio,  # its consumequeue/ is on the same partition
             "dispatchBehindBytes": str(self._index_process.behind() if self._index_process else 0),
             "putMessageEntireTimeMax": "0",
             "earliestMessageTimeStamp": str(self._earliest_commitlog_time()),
-            "flushDiskType": self.config.flush_disk_type,
         }
 
     def _earliest_commitlog_time(self) -> int:
