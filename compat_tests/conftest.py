@@ -21,7 +21,7 @@ import pytest
 
 from rmqgate.compat_tests import java
 from rmqgate.compat_tests.servers import ServerProcess, discover_broker, log_tail
-from rmqgate.compat_tests.wire_client import WireClient, wait_until
+from rmqgate.compat_tests.wire_client import WireClient, create_routed_topic, wait_until
 from rmqgate.wire.codes import RequestCode
 
 
@@ -233,16 +233,11 @@ def client_home(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def make_topic(cluster: Cluster, broker: WireClient) -> object:
+def make_topic(cluster: Cluster) -> object:
     """``make_topic(name, queues=4)``: UPDATE_AND_CREATE_TOPIC on the broker, then wait for the route."""
 
     def make(name: str, queues: int = 4, **kw: object) -> str:
-        resp = broker.create_topic(name, queues, **kw)  # type: ignore[arg-type]
-        assert resp.code == 0, f"UPDATE_AND_CREATE_TOPIC {name}: {resp!r}"
-        with cluster.namesrv_client() as ns:
-            ok = wait_until(lambda: ns.route(name).code == 0, timeout=40, interval=0.2)
-        assert ok, f"topic {name} created on the broker never showed up in the name server's routes"
-        return name
+        return create_routed_topic(cluster.broker, cluster.namesrv, name, queues, **kw)
 
     return make
 

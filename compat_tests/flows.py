@@ -37,7 +37,7 @@ from rmqgate.compat_tests.servers import (
     free_port,
     log_tail,
 )
-from rmqgate.compat_tests.wire_client import WireClient, wait_until
+from rmqgate.compat_tests.wire_client import WireClient, create_routed_topic
 from rmqgate.wire.codes import RequestCode
 
 #: Level 1 = 1 s, level 2 = 2 s, every other level 1 s (retries: level 3 + reconsumeTimes).
@@ -102,14 +102,7 @@ class FeatureServer:
         return None if process is None else process.stop(timeout)
 
     def create_topic(self, name: str, queues: int = 4, **kw: Any) -> str:
-        with WireClient(self.broker) as c:
-            resp = c.create_topic(name, queues, **kw)
-            assert resp.code == 0, f"UPDATE_AND_CREATE_TOPIC {name}: {resp!r}"
-        with WireClient(self.namesrv) as ns:
-            assert wait_until(lambda: ns.route(name).code == 0, timeout=40, interval=0.1), (
-                f"no route for {name}"
-            )
-        return name
+        return create_routed_topic(self.broker, self.namesrv, name, queues, **kw)
 
 
 #: FEATURE_CONF's settings for the stock Java 4.9.8 broker: the suite's Java broker.conf plus the

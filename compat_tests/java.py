@@ -305,16 +305,10 @@ class BrokerPair:
 
     def create_topic(self, name: str, queues: int = 4, **kw: Any) -> None:
         """The topic on both brokers, routed by both name servers."""
-        from rmqgate.compat_tests.wire_client import WireClient, wait_until
+        from rmqgate.compat_tests.wire_client import create_routed_topic
 
-        for broker, cluster in self.clusters.items():
-            with WireClient(cluster.broker) as b:
-                resp = b.create_topic(name, queues, **kw)
-            assert resp.code == 0, f"UPDATE_AND_CREATE_TOPIC {name} on {broker}: {resp!r}"
-            with WireClient(cluster.namesrv) as ns:
-                assert wait_until(lambda: ns.route(name).code == 0, timeout=40, interval=0.2), (
-                    f"{name} never routed by the {broker} name server"
-                )
+        for cluster in self.clusters.values():
+            create_routed_topic(cluster.broker, cluster.namesrv, name, queues, **kw)
 
     def run(
         self,

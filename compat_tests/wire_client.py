@@ -523,3 +523,14 @@ def wait_until(predicate: Any, timeout: float = 10.0, interval: float = 0.1) -> 
         if value or time.monotonic() >= deadline:
             return value
         time.sleep(interval)
+
+
+def create_routed_topic(broker_addr: str, namesrv_addr: str, name: str, queues: int = 4, **kw: Any) -> str:
+    """UPDATE_AND_CREATE_TOPIC on the broker, then wait until its name server routes the topic."""
+    with WireClient(broker_addr) as b:
+        resp = b.create_topic(name, queues, **kw)
+    assert resp.code == 0, f"UPDATE_AND_CREATE_TOPIC {name} on {broker_addr}: {resp!r}"
+    with WireClient(namesrv_addr) as ns:
+        routed = wait_until(lambda: ns.route(name).code == 0, timeout=40, interval=0.1)
+    assert routed, f"{name} created on {broker_addr} never routed by the name server {namesrv_addr}"
+    return name
