@@ -249,6 +249,8 @@ def compare_outcomes(
     for broker, result in results.items():
         if isinstance(result, Exception):
             problems.append(f"{broker}: {result}")
+        elif not result["checks"]:
+            problems.append(f"{broker}: the program made no check")
     return problems
 
 
