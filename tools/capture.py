@@ -4,7 +4,9 @@ A file is an uncompressed ``FileHeader`` followed by independently flushed zstan
 holding whole ``Record``s. A reader decompresses incrementally and stops cleanly at a torn last
 zstd frame (a crashed recorder loses at most its unflushed tail); a writer appends new zstd frames,
 first truncating a torn tail. Connection-level records (open with JSON metadata, close) sit in the
-same stream as the frames, so a capture is self-describing.
+same stream as the frames, so a capture is self-describing. zstandard (a C extension) is imported
+where a file is read or written: the replay engine imports this module for its enums only, and Spark
+executors run it on a Python that has just the pure-Python dependencies.
 """
 
 from __future__ import annotations
@@ -19,7 +21,6 @@ from enum import IntEnum
 from pathlib import Path
 from typing import BinaryIO
 
-import zstandard
 from construct import Bytes, Const, Int8ub, Int16ub, Int32ub, Int64sb, Struct, this
 
 from rmqgate.wire.layout import fixed_struct
@@ -155,6 +156,8 @@ class CaptureWriter:
     ) -> None:
         self.path = Path(path)
         self._level = level
+        import zstandard
+
         self._cctx = zstandard.ZstdCompressor(level=level)
         self._buf = bytearray()
         self._inflight = 0  # batches taken by ``take`` and not yet written back
@@ -206,6 +209,8 @@ class CaptureWriter:
 
     def compress(self, data: bytes) -> bytes:
         """One zstd frame of ``data`` (thread-safe: its own compressor)."""
+        import zstandard
+
         return zstandard.ZstdCompressor(level=self._level).compress(data)
 
     def put(self, frame: bytes) -> None:
@@ -253,6 +258,8 @@ def scan_valid_end(path: str | os.PathLike[str]) -> tuple[CaptureHeader, int]:
 
 def _frame_length(data: memoryview, pos: int) -> int | None:
     """Length of the complete zstd frame at ``pos`` or None if it is torn."""
+    import zstandard
+
     dobj = zstandard.ZstdDecompressor().decompressobj()
     try:
         dobj.decompress(data[pos:])
@@ -299,6 +306,8 @@ class CaptureReader:
         self.close()
 
     def __iter__(self) -> Iterator[CaptureRecord]:
+        import zstandard
+
         dctx = zstandard.ZstdDecompressor()
         dobj = dctx.decompressobj()
         in_frame = False  # fed bytes of a zstd frame that has not ended yet
