@@ -30,6 +30,7 @@ from rmqgate.server.offsets import OffsetProcessor
 from rmqgate.server.pull import PullMessageProcessor
 from rmqgate.server.query import QueryMessageProcessor
 from rmqgate.server.remoting import Channel, RemotingServer, RequestProcessor, cancel_and_wait
+from rmqgate.server.reply import ReplyMessageProcessor
 from rmqgate.server.send import SendMessageProcessor
 from rmqgate.server.stats import BrokerStats
 from rmqgate.server.topics import PERM_RW, SubscriptionGroupManager, TopicConfigManager, topic_config
@@ -78,6 +79,7 @@ class BrokerController:
             locks.LockProcessor(self),
             OffsetProcessor(self),
             QueryMessageProcessor(self),
+            ReplyMessageProcessor(self),
             AdminBrokerProcessor(self),
             transaction.EndTransactionProcessor(self),
             sendback.ConsumerSendMsgBackProcessor(self),

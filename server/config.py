@@ -133,7 +133,7 @@ def _broker_java_defaults() -> dict[str, str]:
         "startAcceptSendRequestTimeStamp": "0", "enableCalcFilterBitMap": "false",
         "expectConsumerNumUseFilter": "32", "maxErrorRateOfBloomFilter": "20",
         "filterDataCleanTimeSpan": "86400000", "filterSupportRetry": "false",
-        "enablePropertyFilter": "false", "aclEnable": "false", "storeReplyMessageEnable": "true",
+        "enablePropertyFilter": "false", "aclEnable": "false",
         "enableDetailStat": "true", "autoDeleteUnusedStats": "false", "isolateLogEnable": "false",
         # NettyServerConfig
         **_netty_server_defaults(),
@@ -244,6 +244,7 @@ class BrokerConfig(PropertiesConfig):
     maxMsgsNumBatch: int = 64
     defaultQueryMaxNum: int = 32
     rejectTransactionMessage: bool = False
+    storeReplyMessageEnable: bool = True  # replies are also stored in <cluster>_REPLY_TOPIC
     configBlackList: str = "configBlackList;brokerConfigPath"  # keys UPDATE_BROKER_CONFIG refuses
     always_refused: ClassVar[frozenset[str]] = frozenset(
         ("brokerConfigPath", "rocketmqHome", "configBlackList")

@@ -44,6 +44,27 @@ class SendMessageResponseHeader(CommandHeader):
     recall_handle: str | None = None  # 5.x
 
 
+@command_header
+class ReplyMessageRequestHeader(CommandHeader):
+    """PUSH_REPLY_MESSAGE_TO_CLIENT (326), broker -> requester: the reply's send header plus where
+    and when the broker took it."""
+
+    producer_group: str
+    topic: str
+    default_topic: str
+    default_topic_queue_nums: Integer
+    queue_id: Integer
+    sys_flag: Integer
+    born_timestamp: Long
+    flag: Integer
+    born_host: str
+    store_host: str
+    store_timestamp: Long
+    properties: str | None = None
+    reconsume_times: Integer | None = None
+    unit_mode: bool = False
+
+
 # --- pull (§3.2) ---------------------------------------------------------------------------------
 @command_header
 class PullMessageRequestHeader(CommandHeader):
@@ -480,6 +501,7 @@ REQUEST_HEADERS: dict[int, type[CommandHeader] | None] = {
     _R.CONSUMER_SEND_MSG_BACK: ConsumerSendMsgBackRequestHeader,
     _R.END_TRANSACTION: EndTransactionRequestHeader,
     _R.CHECK_TRANSACTION_STATE: CheckTransactionStateRequestHeader,
+    _R.PUSH_REPLY_MESSAGE_TO_CLIENT: ReplyMessageRequestHeader,
     _R.LOCK_BATCH_MQ: None,
     _R.UNLOCK_BATCH_MQ: None,
     _R.UPDATE_AND_CREATE_TOPIC: CreateTopicRequestHeader,
