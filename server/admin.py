@@ -24,6 +24,7 @@ from rmqgate.server.topics import (
     validate_topic,
 )
 from rmqgate.store.api import SCHEDULE_TOPIC
+from rmqgate.wire import fastjson
 from rmqgate.wire.bodies import (
     ConsumeQueueData,
     ConsumeStats,
@@ -323,7 +324,12 @@ class AdminBrokerProcessor(RequestProcessor):
                 body.filter_data = f"{h.consumer_group}@{h.topic} is not online!"
             else:
                 body.subscription_data = SubscriptionData.from_obj(sub.to_json())
-                body.filter_data = "null"  # no ConsumerFilterData: rmqgate keeps none (SQL92 is Java's)
+                data = self.broker.consumers.filters.get(h.topic, h.consumer_group)
+                body.filter_data = (
+                    "null"
+                    if data is None
+                    else fastjson.dumps(data.to_json(), quoted_keys=False, pretty=True).decode()
+                )
         # one unit more than asked for tells an index past the queue's end from count <= 0
         units = store.get_consume_queue_units(h.topic, h.queue_id, h.index, max(h.count, 1))
         if not units:

@@ -132,8 +132,7 @@ def _broker_java_defaults() -> dict[str, str]:
         "waitTimeMillsInHeartbeatQueue": "31000", "waitTimeMillsInTransactionQueue": "3000",
         "startAcceptSendRequestTimeStamp": "0", "enableCalcFilterBitMap": "false",
         "expectConsumerNumUseFilter": "32", "maxErrorRateOfBloomFilter": "20",
-        "filterDataCleanTimeSpan": "86400000", "filterSupportRetry": "false",
-        "enablePropertyFilter": "false", "aclEnable": "false",
+        "filterDataCleanTimeSpan": "86400000", "aclEnable": "false",
         "enableDetailStat": "true", "autoDeleteUnusedStats": "false", "isolateLogEnable": "false",
         # NettyServerConfig
         **_netty_server_defaults(),
@@ -211,6 +210,8 @@ class BrokerConfig(PropertiesConfig):
     longPollingEnable: bool = True
     shortPollingTimeMills: int = 1000
     notifyConsumerIdsChangedEnable: bool = True
+    enablePropertyFilter: bool = False  # SQL92 subscriptions
+    filterSupportRetry: bool = False  # a retry topic's messages filtered by the original topic's SQL92
     channelExpiredTimeout: int = 120_000
     transactionTimeOut: int = 6000
     transactionCheckMax: int = 15

@@ -14,6 +14,8 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from rmqgate.server.consumer_filter import ConsumerFilterManager, check_expression
+from rmqgate.server.filter import FilterParseError, is_tag_type
 from rmqgate.server.jsonbody import dumpb
 from rmqgate.server.remoting import Channel, RequestProcessor
 from rmqgate.server.topics import PERM_RW, RETRY_GROUP_TOPIC_PREFIX, TOPIC_SYS_FLAG_UNIT_SUB
@@ -62,6 +64,8 @@ class SubscriptionData:
         so " " matches no tag. A text that splits into nothing ("||") raises
         ``SubscriptionParseError`` (Java's "subString split error"), or with ``strict=False`` has no
         tags and matches nothing."""
+        if not is_tag_type(expression_type) and not sub_string and strict:
+            raise SubscriptionParseError(f"Expression can't be null! {expression_type}")
         sub = sub_string or SUB_ALL
         data = cls(topic, sub, sub_version or int(time.time() * 1000), expression_type or "TAG")
         if sub != SUB_ALL and data.expression_type == "TAG":
@@ -130,6 +134,7 @@ class ConsumerManager:
     def __init__(self, notify: Any) -> None:
         self.groups: dict[str, ConsumerGroupInfo] = {}
         self._notify = notify  # fn(group, channels)
+        self.filters = ConsumerFilterManager()
 
     def find(self, group: str) -> ConsumerGroupInfo | None:
         return self.groups.get(group)
@@ -176,6 +181,7 @@ class ConsumerManager:
                 changed = True
         if (new_client or changed) and notify_enabled:
             self._notify(group, list(cgi.channels))
+        self.filters.register_group(group, subscriptions)
         return new_client or changed
 
     def unregister(self, group: str, channel: Channel, notify_enabled: bool) -> None:
@@ -187,6 +193,7 @@ class ConsumerManager:
         cgi.channels.pop(channel, None)
         if not cgi.channels:
             del self.groups[group]
+            self.filters.unregister(group)
         elif notify_enabled:
             self._notify(group, list(cgi.channels))
 
@@ -196,6 +203,7 @@ class ConsumerManager:
                 continue
             if not cgi.channels:
                 del self.groups[group]
+                self.filters.unregister(group)
             else:
                 self._notify(group, list(cgi.channels))
 
@@ -321,14 +329,28 @@ class ClientManageProcessor(RequestProcessor):
         return request.response(ResponseCode.SUCCESS, ext_fields={})
 
     def check_client_config(self, channel: Channel, request: RemotingCommand) -> RemotingCommand:
+        """``checkClientConfig``: a non-TAG subscription needs enablePropertyFilter and an expression
+        that compiles (else SUBSCRIPTION_PARSE_FAILED with the compiler's exception text)."""
         body = CheckClientRequestBody.from_json(request.body)
         sub = body.subscription_data
-        expression_type = (sub.expression_type if sub else None) or "TAG"
-        if expression_type != "TAG":
+        if sub is None or is_tag_type(sub.expression_type):
+            return request.response(ResponseCode.SUCCESS)
+        if not self.broker.config.enablePropertyFilter:
             return request.response(
                 ResponseCode.SYSTEM_ERROR,
-                f"The broker does not support consumer to filter message by {expression_type}",
+                f"The broker does not support consumer to filter message by {sub.expression_type}",
             )
+        try:
+            check_expression(sub.expression_type, sub.sub_string)
+        except FilterParseError as exc:
+            log.warning(
+                "client %s@%s: expression %r does not compile: %s",
+                body.client_id,
+                body.group,
+                sub.sub_string,
+                exc,
+            )
+            return request.response(ResponseCode.SUBSCRIPTION_PARSE_FAILED, exc.remark)
         return request.response(ResponseCode.SUCCESS)
 
 

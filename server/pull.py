@@ -17,6 +17,8 @@ import time
 from typing import TYPE_CHECKING, ClassVar
 
 from rmqgate.server.consumer import SubscriptionData, SubscriptionParseError
+from rmqgate.server.consumer_filter import ConsumerFilterData, build, message_filter
+from rmqgate.server.filter import is_tag_type
 from rmqgate.server.remoting import Channel, RequestProcessor, server_serialized
 from rmqgate.server.topics import OFFSET_MOVED_EVENT, PERM_READ
 from rmqgate.store.api import DispatchRequest, GetMessageStatus, PutMessageStatus
@@ -274,6 +276,7 @@ class PullMessageProcessor(RequestProcessor):
                 f"[{tc['readQueueNums']}] consumer:[{channel.remote_addr}]",
                 {},
             )
+        filter_data: ConsumerFilterData | None = None
         if flags & FLAG_SUBSCRIPTION:
             try:
                 sub = SubscriptionData.build(topic, h.subscription, h.expression_type, h.sub_version)
@@ -281,6 +284,9 @@ class PullMessageProcessor(RequestProcessor):
                 return request.response(
                     ResponseCode.SUBSCRIPTION_PARSE_FAILED, "parse the consumer's subscription failed", {}
                 )
+            if not is_tag_type(sub.expression_type):
+                # an expression that does not compile leaves no filter data: Java then delivers all
+                filter_data = build(topic, group, sub.sub_string, sub.expression_type, h.sub_version)
         else:
             cgi = broker.consumers.find(group)
             if cgi is None:
@@ -304,17 +310,38 @@ class PullMessageProcessor(RequestProcessor):
                     ResponseCode.SUBSCRIPTION_NOT_LATEST, "the consumer's subscription not latest", {}
                 )
             sub = found
-        if sub.expression_type != "TAG":
+            if not is_tag_type(sub.expression_type):
+                filter_data = broker.consumers.filters.get(topic, group)
+                if filter_data is None:
+                    return request.response(
+                        ResponseCode.FILTER_DATA_NOT_EXIST,
+                        "The broker's consumer filter data is not exist!Your expression may be wrong!",
+                        {},
+                    )
+                if filter_data.client_version < h.sub_version:
+                    return request.response(
+                        ResponseCode.FILTER_DATA_NOT_LATEST,
+                        "the consumer's consumer filter data not latest",
+                        {},
+                    )
+        if not is_tag_type(sub.expression_type) and not config.enablePropertyFilter:
             return request.response(
                 ResponseCode.SYSTEM_ERROR,
                 f"The broker does not support consumer to filter message by {sub.expression_type}",
                 {},
             )
         codes = None if sub.matches_all() else sub.code_set
+        props_filter = message_filter(broker.consumers.filters, sub, filter_data, config.filterSupportRetry)
         missing and _read(missing, "queueOffset", "maxMsgNums")
         offset = h.queue_offset
         res = self.store.get_messages(
-            topic, queue_id, offset, h.max_msg_nums, max_bytes=h.max_msg_bytes, tags_filter=codes
+            topic,
+            queue_id,
+            offset,
+            h.max_msg_nums,
+            max_bytes=h.max_msg_bytes,
+            tags_filter=codes,
+            properties_filter=props_filter,
         )
         code = status_code(res.status, offset)
         self.stats.record_pull(topic, group, len(res.buffers) if code == ResponseCode.SUCCESS else 0)

@@ -238,6 +238,10 @@ ArrivalListener = Callable[[DispatchRequest], None]
 #: Tag filter of ``get_messages``: a set of tag hash codes, or a predicate on the ConsumeQueue tagsCode.
 TagsFilter = Collection[int] | Callable[[int], bool] | None
 
+#: Property filter of ``get_messages``: a predicate on the properties of a stored message that passed
+#: the tag filter (decoded only for those); a message it refuses is skipped like a tag mismatch.
+PropertiesFilter = Callable[[dict[str, str]], bool] | None
+
 
 class MetaStore(Protocol):
     """LMDB side-store. Databases: ``topics`` (name -> TopicConfig dict), ``subscription_groups``
@@ -282,6 +286,7 @@ class MessageStore(Protocol):
         *,
         max_bytes: int | None = None,
         tags_filter: TagsFilter = None,
+        properties_filter: PropertiesFilter = None,
     ) -> GetResult: ...
     def get_consume_queue_units(
         self, topic: str, queue_id: int, offset: int, max_units: int

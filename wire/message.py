@@ -515,6 +515,26 @@ def _property_bytes(buf: bytes | bytearray | mmap.mmap, pair: bytes, start: int,
                 return buf[value_at:value_end]
 
 
+def record_properties(buf: Buffer) -> str:
+    """The properties text of the stored record ``buf`` (one whole record, e.g. a ConsumeQueue unit's
+    CommitLog slice) without decoding anything else (``MessageDecoder.decodeProperties``); raises
+    ``MessageFormatError`` if the record is malformed."""
+    try:
+        _, magic, sys_flag, _, body_len = _INDEX_PICK[0](buf, 0)
+        hf = sys_flag & _HOST_FLAGS
+        if hf:
+            _, magic, sys_flag, _, body_len = _INDEX_PICK[hf](buf, 0)
+        unpack_topic_len, topic_prefix = _TOPIC_UNPACK[magic]
+        at = _BODY_LENGTH_POS[hf] + 4 + body_len
+        (topic_len,) = unpack_topic_len(buf, at)
+        at += topic_prefix + topic_len
+        (props_len,) = _unpack_props_len(buf, at)
+        at += 2
+        return str(buf[at : at + props_len], "utf-8")
+    except (struct.error, KeyError, UnicodeDecodeError) as exc:
+        raise MessageFormatError(f"unreadable record properties: {exc}") from None
+
+
 def scan_index_records(buf: bytes | bytearray | mmap.mmap, pos: int, end: int, max_records: int) -> IndexScan:
     """Read the records in ``buf[pos:end]`` (a CommitLog segment; at most ``max_records``) for an
     index dispatcher: per record one unpack of its fixed fields, the topic and the KEYS and UNIQ_KEY

@@ -1,0 +1,730 @@
+"""The SQL92 message selector of RocketMQ 4.9.8's filter module (``SelectorParser.jj``, ``SqlFilter``).
+
+``compile_sql92(text)`` parses an expression once into a ``CompiledExpression``: a tree of Python
+closures evaluated on a message's properties (``TAGS`` included) with Java's semantics - values are
+String, Boolean, Integer, Long or Double, a missing property is null (comparisons give "unknown",
+AND/OR/NOT are three-valued), a String compared with a number is converted to that number's class,
+and an evaluation that throws in Java (a property "abc" compared with 5) does not match. What
+4.9.8's parser refuses raises ``FilterParseError`` whose ``remark`` is Java's exception text.
+No I/O here: the broker's ``ConsumerFilterManager`` keeps one compiled expression per subscription.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import struct
+from collections.abc import Callable, Mapping
+from typing import Any
+
+#: Expression types of ``ExpressionType``; an absent or empty type is TAG.
+TAG = "TAG"
+SQL92 = "SQL92"
+
+_PARSE_EXCEPTION = "org.apache.rocketmq.filter.parser.ParseException"
+_TOKEN_ERROR = "org.apache.rocketmq.filter.parser.TokenMgrError"
+_RUNTIME = "java.lang.RuntimeException"
+_NUMBER_FORMAT = "java.lang.NumberFormatException"
+_INT_MIN, _INT_MAX = -(1 << 31), (1 << 31) - 1
+_LONG_MIN, _LONG_MAX = -(1 << 63), (1 << 63) - 1
+_DOUBLE_MAX = 1.7976931348623157e308
+_DOUBLE_MIN = 5e-324  # Double.MIN_VALUE: the smallest positive double
+
+
+def is_tag_type(expression_type: str | None) -> bool:
+    """``ExpressionType.isTagType``."""
+    return not expression_type or expression_type == TAG
+
+
+class FilterParseError(ValueError):
+    """An expression 4.9.8 does not compile; ``remark`` is the text its broker answers with
+    (``MQFilterException.getMessage()``: the cause's class name and message)."""
+
+    def __init__(self, java_class: str, message: str) -> None:
+        self.remark = f"{java_class}: {message}" if message else java_class
+        super().__init__(self.remark)
+
+
+class _EvalError(Exception):
+    """What throws in Java while evaluating (NumberFormatException, ClassCastException)."""
+
+
+# -- Java value classes ------------------------------------------------------------------------------
+# An expression's class is known when it is compiled: a property is a String (or null), a literal is
+# Integer/Long/Double/String/Boolean, a comparison is Boolean. Numbers are tagged with their class.
+STR, BOOL, INT, LONG, DOUBLE, NULL, ANY = "String", "Boolean", "Integer", "Long", "Double", "null", "?"
+_NUMERIC = (INT, LONG, DOUBLE)
+
+_JAVA_INT = re.compile(r"[+-]?[0-9]+\Z", re.ASCII)
+_JAVA_DOUBLE = re.compile(
+    r"[+-]?(NaN|Infinity|(([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?)[fFdD]?)\Z", re.ASCII
+)
+_JAVA_HEX_DOUBLE = re.compile(r"[+-]?0[xX]([0-9a-fA-F]*\.?[0-9a-fA-F]*)[pP][+-]?[0-9]+[fFdD]?\Z", re.ASCII)
+
+
+def _nfe(text: str) -> _EvalError:
+    return _EvalError(f'{_NUMBER_FORMAT}: For input string: "{text}"')
+
+
+def java_integer(text: str, lo: int = _INT_MIN, hi: int = _INT_MAX) -> int:
+    """``Integer.valueOf`` / ``Long.valueOf`` (with ``lo``/``hi`` of long): ASCII digits, one sign."""
+    if not _JAVA_INT.match(text):
+        raise _nfe(text)
+    value = int(text)
+    if value < lo or value > hi:
+        raise _nfe(text)
+    return value
+
+
+def java_double(text: str) -> float:
+    """``Double.valueOf``: trims chars up to space, takes NaN, Infinity, a trailing f/d, hex floats."""
+    t = text.strip("".join(chr(c) for c in range(33)))
+    if _JAVA_DOUBLE.match(t):
+        t = t.rstrip("fFdD") if not t.endswith("Infinity") and not t.endswith("NaN") else t
+        return float(t.replace("Infinity", "inf"))
+    if _JAVA_HEX_DOUBLE.match(t):
+        return float.fromhex(t.rstrip("fFdD"))
+    raise _nfe(text)
+
+
+def _double_compare(a: float, b: float) -> int:
+    """``Double.compare``: NaN equals itself and is above everything; -0.0 is below 0.0."""
+    if a < b:
+        return -1
+    if a > b:
+        return 1
+    ka, kb = _double_key(a), _double_key(b)
+    return (ka > kb) - (ka < kb)
+
+
+def _double_key(d: float) -> int:
+    """``Double.doubleToLongBits`` as a signed long ordered like ``Double.compareTo``."""
+    if math.isnan(d):
+        return 0x7FF8000000000000
+    bits = struct.unpack(">q", struct.pack(">d", d))[0]
+    return bits if bits >= 0 else bits ^ 0x7FFFFFFFFFFFFFFF
+
+
+def _cmp(a: Any, b: Any) -> int:
+    return (a > b) - (a < b)
+
+
+def _converter(lc: str, rc: str) -> Callable[[Any, Any], int]:
+    """``ComparisonExpression.__compare`` (convertStringExpressions on, as ``SelectorParser.parse``
+    sets it) for operands of classes ``lc`` and ``rc`` (neither null): the conversion is chosen
+    once, at compile time."""
+    if lc == rc:
+        if lc == DOUBLE:
+            return _double_compare
+        return _cmp
+    if lc == BOOL:
+        if rc == STR:
+
+            def cast_error(lv: Any, rv: Any) -> int:  # Java casts the Boolean to String
+                raise _EvalError("java.lang.ClassCastException")
+
+            return cast_error
+        return lambda lv, rv: -1
+    if lc in (INT, LONG):
+        if rc in (INT, LONG):
+            return _cmp
+        if rc == DOUBLE:
+            return lambda lv, rv: _double_compare(float(lv), rv)
+        if rc == STR:
+            hi_lo = (_INT_MIN, _INT_MAX) if lc == INT else (_LONG_MIN, _LONG_MAX)
+            return lambda lv, rv: _cmp(lv, java_integer(rv, *hi_lo))
+        return lambda lv, rv: -1
+    if lc == DOUBLE:
+        if rc in (INT, LONG):
+            return lambda lv, rv: _double_compare(lv, float(rv))
+        if rc == STR:
+            return lambda lv, rv: _double_compare(lv, java_double(rv))
+        return lambda lv, rv: -1
+    if lc == STR:
+        if rc == BOOL:
+            return lambda lv, rv: _cmp(lv.lower() == "true", rv)
+        if rc in (INT, LONG):
+            hi_lo = (_INT_MIN, _INT_MAX) if rc == INT else (_LONG_MIN, _LONG_MAX)
+            return lambda lv, rv: _cmp(java_integer(lv, *hi_lo), rv)
+        if rc == DOUBLE:
+            return lambda lv, rv: _double_compare(java_double(lv), rv)
+    return lambda lv, rv: -1
+
+
+def _java_equals(lc: str, rc: str, lv: Any, rv: Any) -> bool:
+    if lc != rc:
+        return False
+    if lc == DOUBLE:
+        return _double_key(lv) == _double_key(rv)
+    return lv == rv
+
+
+def java_double_str(d: float) -> str:
+    """``Double.toString`` for the values a literal can take (positive, finite)."""
+    if d == 0:
+        return "0.0"
+    if 1e-3 <= abs(d) < 1e7:
+        text = repr(d)
+        return text if "." in text or "e" in text else text + ".0"
+    mantissa, _, exp = f"{d!r}".partition("e")
+    if not exp:  # repr printed it plainly (e.g. 12345678.0)
+        digits = repr(d).rstrip("0").rstrip(".")
+        int_part = digits.split(".")[0]
+        frac = digits.split(".")[1] if "." in digits else ""
+        exp_n = len(int_part) - 1
+        all_digits = (int_part + frac).rstrip("0") or "0"
+        return f"{all_digits[0]}.{all_digits[1:] or '0'}E{exp_n}"
+    m = float(mantissa)
+    mtext = repr(m) if "." in repr(m) else repr(m) + ".0"
+    return f"{mtext}E{int(exp)}"
+
+
+# -- the expression tree -------------------------------------------------------------------------------
+Props = Mapping[str, str]
+Eval = Callable[[Props], Any]
+
+
+class Node:
+    """An expression: its Java class (``ANY`` when it varies), an evaluator, its ``toString``, and
+    what 4.9.8's parser checks on it (a constant's value, whether it is a BooleanExpression)."""
+
+    __slots__ = ("boolean", "const", "fn", "is_const", "is_property", "jclass", "text")
+
+    def __init__(
+        self,
+        jclass: str,
+        fn: Eval,
+        text: str,
+        *,
+        boolean: bool = False,
+        is_const: bool = False,
+        const: Any = None,
+        is_property: bool = False,
+    ) -> None:
+        self.jclass, self.fn, self.text, self.boolean = jclass, fn, text, boolean
+        self.is_const, self.const, self.is_property = is_const, const, is_property
+
+
+def _constant(jclass: str, value: Any, text: str, *, boolean: bool = False) -> Node:
+    return Node(jclass, lambda p: value, text, boolean=boolean, is_const=True, const=value)
+
+
+def _constant_text(jclass: str, value: Any) -> str:
+    if value is None:
+        return "NULL"
+    if jclass == BOOL:
+        return "TRUE" if value else "FALSE"
+    if jclass == STR:
+        return "'" + value.replace("'", "''") + "'"
+    if jclass == DOUBLE:
+        return java_double_str(value)
+    return str(value)
+
+
+def _runtime(message: str) -> FilterParseError:
+    return FilterParseError(_RUNTIME, message)
+
+
+def _property(name: str) -> Node:
+    def get(p: Props) -> Any:
+        return p.get(name)
+
+    return Node(STR, get, name, is_property=True)
+
+
+def _value_classes(node: Node) -> tuple[str, ...]:
+    """The classes a non-null value of ``node`` can have."""
+    return (STR, BOOL, INT, LONG, DOUBLE) if node.jclass == ANY else (node.jclass,)
+
+
+def _compare_fn(left: Node, right: Node) -> Callable[[Any, Any], int]:
+    """``__compare`` for the two operands, specialised on their classes once."""
+    lcs, rcs = _value_classes(left), _value_classes(right)
+    if len(lcs) == 1 and len(rcs) == 1:
+        return _converter(lcs[0], rcs[0])
+    return lambda lv, rv: _converter(_class_of(lv), _class_of(rv))(lv, rv)
+
+
+def _class_of(value: Any) -> str:
+    if isinstance(value, bool):
+        return BOOL
+    if isinstance(value, str):
+        return STR
+    if isinstance(value, float):
+        return DOUBLE
+    return LONG if value < _INT_MIN or value > _INT_MAX else INT
+
+
+def _equal(left: Node, right: Node) -> Node:
+    """``doCreateEqual``: null = null is true, null = x unknown, x = null false; equal objects are
+    equal; else ``__compare`` decides."""
+    lf, rf = left.fn, right.fn
+    cmp = _compare_fn(left, right)
+    lc, rc = left.jclass, right.jclass
+    simple_equals = lc == rc and lc in (STR, BOOL, INT, LONG)
+
+    def equal(p: Props) -> bool | None:
+        lv = lf(p)
+        rv = rf(p)
+        if lv is None or rv is None:
+            if lv is None and rv is None:
+                return True
+            return None if lv is None else False
+        if simple_equals:
+            return lv == rv
+        if _java_equals(_class_of(lv) if lc == ANY else lc, _class_of(rv) if rc == ANY else rc, lv, rv):
+            return True
+        return cmp(lv, rv) == 0
+
+    return Node(BOOL, equal, f"({left.text} == {right.text})", boolean=True)
+
+
+def _ordering(left: Node, right: Node, symbol: str, test: Callable[[int], bool]) -> Node:
+    """``ComparisonExpression.evaluate`` for >, >=, <, <=: two Strings are both read as doubles."""
+    for operand in (left, right):  # checkLessThanOperand
+        if (operand.is_const and operand.jclass not in _NUMERIC) or operand.boolean:
+            raise _runtime(f"Value '{operand.text}' cannot be compared.")
+    lf, rf = left.fn, right.fn
+    cmp = _compare_fn(left, right)
+    both_strings = left.jclass == STR and right.jclass == STR
+
+    def ordering(p: Props) -> bool | None:
+        lv = lf(p)
+        if lv is None:
+            return None
+        rv = rf(p)
+        if rv is None:
+            return None
+        if both_strings:
+            try:
+                return test(_double_compare(java_double(lv), java_double(rv)))
+            except _EvalError:
+                raise _EvalError("It's illegal to compare string by '>=', '>', '<', '<='") from None
+        return test(cmp(lv, rv))
+
+    return Node(BOOL, ordering, f"({left.text} {symbol} {right.text})", boolean=True)
+
+
+def _gt(a: Node, b: Node) -> Node:
+    return _ordering(a, b, ">", lambda r: r > 0)
+
+
+def _ge(a: Node, b: Node) -> Node:
+    return _ordering(a, b, ">=", lambda r: r >= 0)
+
+
+def _lt(a: Node, b: Node) -> Node:
+    return _ordering(a, b, "<", lambda r: r < 0)
+
+
+def _le(a: Node, b: Node) -> Node:
+    return _ordering(a, b, "<=", lambda r: r <= 0)
+
+
+def _not(inner: Node) -> Node:
+    f = inner.fn
+
+    def not_(p: Props) -> bool | None:
+        v = f(p)
+        return None if v is None else not v
+
+    return Node(BOOL, not_, f"(NOT {inner.text})", boolean=True)
+
+
+def _and(left: Node, right: Node) -> Node:
+    lf, rf = left.fn, right.fn
+
+    def and_(p: Props) -> bool | None:
+        lv = lf(p)
+        if lv is False:
+            return False
+        rv = rf(p)
+        if rv is False:
+            return False
+        if lv is None or rv is None:
+            return None
+        return True
+
+    return Node(BOOL, and_, f"({left.text} && {right.text})", boolean=True)
+
+
+def _or(left: Node, right: Node) -> Node:
+    lf, rf = left.fn, right.fn
+
+    def or_(p: Props) -> bool | None:
+        lv = lf(p)
+        if lv is True:
+            return True
+        rv = rf(p)
+        if rv is True:
+            return True
+        if lv is None or rv is None:
+            return None
+        return False
+
+    return Node(BOOL, or_, f"({left.text} || {right.text})", boolean=True)
+
+
+def _as_boolean(node: Node) -> Node:
+    """``asBooleanExpression``: a property becomes a boolean cast (a String is never true)."""
+    if node.boolean:
+        return node
+    if node.is_property:
+        f = node.fn
+        return Node(BOOL, lambda p: None if f(p) is None else False, node.text, boolean=True)
+    raise FilterParseError(_PARSE_EXCEPTION, f"Expression will not result in a boolean value: {node.text}")
+
+
+def _negate(inner: Node) -> Node:
+    f = inner.fn
+    jclass = inner.jclass
+
+    def negate(p: Props) -> Any:
+        v = f(p)
+        if v is None or isinstance(v, (str, bool)):
+            return None
+        if isinstance(v, float):
+            return -v
+        if jclass == INT:  # Integer negation wraps
+            return -v if v != _INT_MIN else v
+        return -v if v != _LONG_MIN else v
+
+    return Node(jclass if jclass in _NUMERIC else NULL, negate, f"(- {inner.text})")
+
+
+def _in(prop: Node, items: list[str], negated: bool) -> Node:
+    if not prop.is_property:
+        raise _runtime(f"Expected a property for In expression, got: {prop.text}")
+    members = frozenset(items)
+    f = prop.fn
+
+    def in_(p: Props) -> bool | None:
+        v = f(p)
+        if v is None:
+            return None
+        return (v in members) != negated
+
+    symbol = "NOT IN" if negated else "IN"
+    return Node(BOOL, in_, f"{prop.text} {symbol} ( {', '.join(items)} )", boolean=True)
+
+
+def _between(value: Node, low: Node, high: Node) -> Node:
+    if low.is_const and high.is_const:
+        if low.const is None or high.const is None:
+            raise _runtime("Illegal values of between, values can not be null!")
+        try:
+            order = _converter(high.jclass, low.jclass)(high.const, low.const)
+        except _EvalError as exc:
+            raise _runtime(str(exc)) from None
+        if order < 0:
+            raise _runtime(
+                f"Illegal values of between, left value({_plain(low)}) must less than or equal to "
+                f"right value({_plain(high)})"
+            )
+    return _and(_ge(value, low), _le(value, high))
+
+
+def _plain(node: Node) -> str:
+    """A constant's value as Java's String.format("%s") prints it."""
+    if node.jclass == BOOL:
+        return "true" if node.const else "false"
+    if node.jclass == DOUBLE:
+        return java_double_str(node.const)
+    return str(node.const)
+
+
+def _check_equal_operands(left: Node, right: Node) -> None:
+    for operand in (left, right):  # checkEqualOperand
+        if operand.is_const and operand.const is None:
+            raise _runtime(f"'{operand.text}' cannot be compared.")
+    if left.is_const and right.is_const and left.boolean and not right.boolean:
+        raise _runtime(f"'{left.text}' cannot be compared with '{right.text}'")
+
+
+# -- tokens ---------------------------------------------------------------------------------------------
+_KEYWORDS = ("NOT", "AND", "OR", "BETWEEN", "IN", "TRUE", "FALSE", "NULL", "IS")
+_TOKEN_RES = (  # in the grammar's order: of equally long matches the first wins
+    ("DECIMAL", re.compile(r"(?:0|[1-9][0-9]*[lL]?)", re.ASCII)),
+    (
+        "FLOAT",
+        re.compile(
+            r"(?:[0-9]+\.[0-9]*(?:[eE][+-]?[0-9]+)?|\.[0-9]+(?:[eE][+-]?[0-9]+)?|[0-9]+[eE][+-]?[0-9]+)"
+        ),
+    ),
+    ("STRING", re.compile(r"'(?:''|[^'])*'", re.DOTALL)),
+    ("ID", re.compile(r"[a-zA-Z_$][a-zA-Z0-9_$]*", re.ASCII)),
+)
+_OPERATORS = ("<>", ">=", "<=", "=", ">", "<", "(", ")", ",", "+", "-")
+_IMAGES = {
+    "DECIMAL": "<DECIMAL_LITERAL>",
+    "FLOAT": "<FLOATING_POINT_LITERAL>",
+    "STRING": "<STRING_LITERAL>",
+    "ID": "<ID>",
+    "EOF": "<EOF>",
+}
+_SKIP = re.compile(r"(?:[ \t\n\r\f]+|--[^\n\r]*(?:\n|\r|\r\n)|/\*[^*]*\*+(?:[^*/][^*]*\*+)*/)+")
+
+
+class _Token:
+    __slots__ = ("column", "image", "kind", "line")
+
+    def __init__(self, kind: str, image: str, line: int, column: int) -> None:
+        self.kind, self.image, self.line, self.column = kind, image, line, column
+
+    def describe(self) -> str:
+        if self.kind == "EOF":
+            return "<EOF>"
+        kind_image = _IMAGES.get(self.kind) or f'"{self.kind}"'
+        return f' {kind_image} "{_escape(self.image)} '
+
+
+def _escape(text: str) -> str:
+    out = []
+    for ch in text:
+        code = ord(ch)
+        if ch in "\b\t\n\f\r\"'\\":
+            out.append({"\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f", "\r": "\\r"}.get(ch, "\\" + ch))
+        elif code < 0x20 or code > 0x7E:
+            out.append(f"\\u{code:04x}")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def _tokenize(text: str) -> list[_Token]:
+    tokens: list[_Token] = []
+    pos, n = 0, len(text)
+    while True:
+        m = _SKIP.match(text, pos)
+        if m:
+            pos = m.end()
+        line = text.count("\n", 0, pos) + 1
+        column = pos - (text.rfind("\n", 0, pos) + 1) + 1
+        if pos >= n:
+            tokens.append(_Token("EOF", "", line, column))
+            return tokens
+        best_kind, best_end = "", pos
+        for kind, rx in _TOKEN_RES:
+            m = rx.match(text, pos)
+            if m and m.end() > best_end:
+                best_kind, best_end = kind, m.end()
+        for op in _OPERATORS:
+            if text.startswith(op, pos) and pos + len(op) > best_end:
+                best_kind, best_end = op, pos + len(op)
+        if not best_kind:
+            ch = text[pos]
+            if ch == "'":  # an unterminated string literal runs to the end
+                raise FilterParseError(
+                    _TOKEN_ERROR,
+                    f"Lexical error at line {text.count(chr(10)) + 1}, column {n - text.rfind(chr(10)) - 1}.  "
+                    f'Encountered: <EOF> after : "{_escape(text[pos:])}"',
+                )
+            raise FilterParseError(
+                _TOKEN_ERROR,
+                f"Lexical error at line {line}, column {column}.  "
+                f'Encountered: "{_escape(ch)}" ({ord(ch)}), after : ""',
+            )
+        image = text[pos:best_end]
+        if best_kind == "ID" and image.upper() in _KEYWORDS:
+            best_kind = image.upper()
+        tokens.append(_Token(best_kind, image, line, column))
+        pos = best_end
+
+
+# -- the parser (SelectorParser.jj's productions) --------------------------------------------------------
+class _Parser:
+    def __init__(self, text: str) -> None:
+        self.tokens = _tokenize(text)
+        self.i = 0
+
+    def peek(self, k: int = 0) -> str:
+        return self.tokens[min(self.i + k, len(self.tokens) - 1)].kind
+
+    def take(self, kind: str) -> _Token:
+        tok = self.tokens[self.i]
+        if tok.kind != kind:
+            self.fail()
+        self.i += 1
+        return tok
+
+    def fail(self) -> None:
+        tok = self.tokens[self.i]
+        raise FilterParseError(
+            _PARSE_EXCEPTION, f'Encountered "{tok.describe()}" at line {tok.line}, column {tok.column}.'
+        )
+
+    def selector(self) -> Node:
+        node = _as_boolean(self.or_expression())
+        if self.peek() != "EOF":
+            self.fail()
+        return node
+
+    def or_expression(self) -> Node:
+        left = self.and_expression()
+        while self.peek() == "OR":
+            self.i += 1
+            right = self.and_expression()
+            left = _or(_as_boolean(left), _as_boolean(right))
+        return left
+
+    def and_expression(self) -> Node:
+        left = self.equality_expression()
+        while self.peek() == "AND":
+            self.i += 1
+            right = self.equality_expression()
+            left = _and(_as_boolean(left), _as_boolean(right))
+        return left
+
+    def equality_expression(self) -> Node:
+        left = self.comparison_expression()
+        null = _constant(NULL, None, "NULL", boolean=True)
+        while True:
+            kind = self.peek()
+            if kind == "=":
+                self.i += 1
+                right = self.comparison_expression()
+                _check_equal_operands(left, right)
+                left = _equal(left, right)
+            elif kind == "<>":
+                self.i += 1
+                right = self.comparison_expression()
+                _check_equal_operands(left, right)
+                left = _not(_equal(left, right))
+            elif kind == "IS" and self.peek(1) == "NULL":
+                self.i += 2
+                left = _equal(left, null)
+            elif kind == "IS":
+                self.i += 1
+                self.take("NOT")
+                self.take("NULL")
+                left = _not(_equal(left, null))
+            else:
+                return left
+
+    def comparison_expression(self) -> Node:
+        left = self.unary_expr()
+        while True:
+            kind = self.peek()
+            if kind in (">", ">=", "<", "<="):
+                self.i += 1
+                right = self.unary_expr()
+                left = {">": _gt, ">=": _ge, "<": _lt, "<=": _le}[kind](left, right)
+            elif kind == "BETWEEN" or (kind == "NOT" and self.peek(1) == "BETWEEN"):
+                negated = kind == "NOT"
+                self.i += 2 if negated else 1
+                low = self.unary_expr()
+                self.take("AND")
+                high = self.unary_expr()
+                left = _or(_lt(left, low), _gt(left, high)) if negated else _between(left, low, high)
+            elif kind == "IN" or (kind == "NOT" and self.peek(1) == "IN"):
+                negated = kind == "NOT"
+                self.i += 2 if negated else 1
+                self.take("(")
+                items = [self.string_literal()]
+                while self.peek() == ",":
+                    self.i += 1
+                    items.append(self.string_literal())
+                self.take(")")
+                left = _in(left, items, negated)
+            else:
+                return left
+
+    def unary_expr(self) -> Node:
+        kind = self.peek()
+        if kind == "+":
+            self.i += 1
+            return self.unary_expr()
+        if kind == "-":
+            self.i += 1
+            return _negate(self.unary_expr())
+        if kind == "NOT":
+            self.i += 1
+            return _not(_as_boolean(self.unary_expr()))
+        return self.primary_expr()
+
+    def primary_expr(self) -> Node:
+        kind = self.peek()
+        if kind == "ID":
+            return _property(self.take("ID").image)
+        if kind == "(":
+            self.i += 1
+            node = self.or_expression()
+            self.take(")")
+            return node
+        return self.literal()
+
+    def literal(self) -> Node:
+        tok = self.tokens[self.i]
+        kind = tok.kind
+        if kind == "STRING":
+            value = self.string_literal()
+            return _constant(STR, value, _constant_text(STR, value))
+        self.i += 1
+        if kind == "DECIMAL":
+            digits = tok.image.rstrip("lL")
+            value = int(digits)
+            if value > _LONG_MAX:
+                raise FilterParseError(_NUMBER_FORMAT, f'For input string: "{digits}"')
+            jclass = INT if value <= _INT_MAX else LONG
+            return _constant(jclass, value, str(value))
+        if kind == "FLOAT":
+            d = float(tok.image)
+            if d > _DOUBLE_MAX:
+                raise _runtime(f"{tok.image} is greater than 1.7976931348623157E308")
+            if d < _DOUBLE_MIN:
+                raise _runtime(f"{tok.image} is less than 4.9E-324")
+            return _constant(DOUBLE, d, java_double_str(d))
+        if kind == "TRUE":
+            return _constant(BOOL, True, "TRUE", boolean=True)
+        if kind == "FALSE":
+            return _constant(BOOL, False, "FALSE", boolean=True)
+        if kind == "NULL":
+            return _constant(NULL, None, "NULL", boolean=True)
+        self.i -= 1
+        self.fail()
+        raise AssertionError  # fail() raised
+
+    def string_literal(self) -> str:
+        image = self.take("STRING").image
+        return image[1:-1].replace("''", "'")
+
+
+class CompiledExpression:
+    """One compiled selector: ``evaluate`` gives Java's evaluation result (True/False/None; a Java
+    exception is None), ``matches`` whether a message with these properties is delivered."""
+
+    __slots__ = ("_fn", "text", "to_string")
+
+    def __init__(self, text: str, node: Node) -> None:
+        self.text = text
+        self.to_string = node.text
+        self._fn = node.fn
+
+    def evaluate(self, properties: Props) -> bool | None:
+        try:
+            result = self._fn(properties)
+        except (_EvalError, ArithmeticError, ValueError, TypeError):
+            return None
+        return result if isinstance(result, bool) else None
+
+    def matches(self, properties: Props) -> bool:
+        """``isMatchedByCommitLog``: only a Boolean true matches; what throws does not."""
+        try:
+            return self._fn(properties) is True
+        except (_EvalError, ArithmeticError, ValueError, TypeError):
+            return False
+
+
+def compile_sql92(text: str) -> CompiledExpression:
+    """``SqlFilter.compile``; raises ``FilterParseError`` for what 4.9.8 refuses."""
+    try:
+        return CompiledExpression(text, _Parser(text).selector())
+    except RecursionError:
+        raise FilterParseError("java.lang.StackOverflowError", "") from None
+
+
+def compile_expression(expression_type: str, text: str) -> CompiledExpression:
+    """``FilterFactory.INSTANCE.get(type).compile(text)``: SQL92 is the only registered type."""
+    if expression_type != SQL92:
+        raise FilterParseError("java.lang.NullPointerException", "")
+    return compile_sql92(text)
