@@ -105,6 +105,7 @@ defaultTopicQueueNums=4
 flushDiskType=ASYNC_FLUSH
 transactionTimeOut=1000
 transactionCheckInterval=1000
+enablePropertyFilter=true
 """
 
 

@@ -35,6 +35,7 @@ defaultTopicQueueNums = 4
 flushDiskType = ASYNC_FLUSH
 transactionTimeOut = 1000
 transactionCheckInterval = 1000
+enablePropertyFilter = true
 """
 
 
