@@ -656,8 +656,9 @@ class AdminBrokerProcessor(RequestProcessor):
         for key, name in _QUEUE_CAPACITIES.items():
             table[key] = props[name]
         table.update(store.runtime_info())
-        root = store.config.store_path_root_dir  # (the CommitLog is always its commitlog/ directory)
-        table[f"commitLogDiskRatio_{os.path.join(root, 'commitlog')}"] = table["commitLogDiskRatio"]
+        root = store.config.store_path_root_dir
+        commitlog = store.config.store_path_commit_log or os.path.join(root, "commitlog")
+        table[f"commitLogDiskRatio_{commitlog}"] = table["commitLogDiskRatio"]
         for level, offset in store.meta.delay_offsets().items():  # ScheduleMessageService.buildRunningStats
             max_offset = store.get_max_offset_in_queue(SCHEDULE_TOPIC, level - 1)
             table[f"scheduleMessageOffset_{level}"] = f"{offset},{max_offset}"

@@ -289,6 +289,7 @@ class BrokerConfig(PropertiesConfig):
     def store_config(self) -> StoreConfig:
         return StoreConfig(
             store_path_root_dir=self.storePathRootDir,
+            store_path_commit_log=self.storePathCommitLog,
             mapped_file_size_commitlog=self.mappedFileSizeCommitLog,
             mapped_file_size_consume_queue=self.mappedFileSizeConsumeQueue,
             max_hash_slot_num=self.maxHashSlotNum,

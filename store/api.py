@@ -30,6 +30,7 @@ import enum
 from collections.abc import Callable, Collection, Container, Iterator, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, Protocol
 
 from rmqgate.wire.header import parse_java_long
@@ -85,6 +86,7 @@ class StoreConfig:
     )
 
     store_path_root_dir: str
+    store_path_commit_log: str | None = None  # storePathCommitLog; None: <store_path_root_dir>/commitlog
     mapped_file_size_commitlog: int = 1024 * 1024 * 1024
     mapped_file_size_consume_queue: int = 300_000 * 20
     max_hash_slot_num: int = 5_000_000
@@ -124,6 +126,13 @@ class StoreConfig:
     store_port: int = 10911
     flush_consumer_offset_interval: int = 5000  # ms, consumer offsets -> LMDB
     meta_map_size: int = 1 << 30  # LMDB map size (sparse file; grows as needed up to this)
+
+    @property
+    def commitlog_dir(self) -> Path:
+        """Where the CommitLog segments live (storePathCommitLog, possibly outside the root)."""
+        if self.store_path_commit_log:
+            return Path(self.store_path_commit_log)
+        return Path(self.store_path_root_dir) / "commitlog"
 
     @property
     def slave(self) -> bool:

@@ -23,6 +23,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         p.add_argument("--store", type=Path, required=True, help="rmqgate store root")
     p = sub.add_parser("stat", help="CommitLog/ConsumeQueue extent and metadata counts (read-only scan)")
     p.add_argument("--store", type=Path, required=True, help="store root")
+    p.add_argument(
+        "--commitlog",
+        type=Path,
+        default=None,
+        help="CommitLog directory (storePathCommitLog; default <store>/commitlog)",
+    )
 
 
 def _meta(root: Path) -> LmdbMetaStore:
@@ -71,11 +77,10 @@ def run(args: argparse.Namespace) -> int:
         for name, n in counts.items():
             print(f"{name}: {n} entries")
         return 0
-    return _stat(root)
+    return _stat(root, args.commitlog or root / "commitlog")
 
 
-def _stat(root: Path) -> int:
-    cl = root / "commitlog"
+def _stat(root: Path, cl: Path) -> int:
     segs = sorted(p for p in cl.iterdir() if p.name.isdigit()) if cl.is_dir() else []
     print(
         f"commitlog: {len(segs)} segment(s)"

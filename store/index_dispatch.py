@@ -76,6 +76,7 @@ class DispatchProgress:
 @dataclass
 class DispatcherArgs:
     root: str
+    commitlog_dir: str
     hash_slot_num: int
     index_num: int
     commitlog_file_size: int
@@ -184,8 +185,8 @@ class IndexDispatchProcess:
 class _CommitLogFollower:
     """Read-only mappings of CommitLog segments, opened as the dispatcher reaches them."""
 
-    def __init__(self, root: Path, file_size: int) -> None:
-        self.dir = root / "commitlog"
+    def __init__(self, directory: Path, file_size: int) -> None:
+        self.dir = directory
         self.file_size = file_size
         self._start = -1
         self.mm: mmap.mmap | None = None
@@ -254,7 +255,7 @@ def run_dispatcher(args: DispatcherArgs) -> int:
     else:
         pos = min_phy
     pos = min(max(pos, min_phy), progress.get("committed_offset"))
-    log = _CommitLogFollower(root, args.commitlog_file_size)
+    log = _CommitLogFollower(Path(args.commitlog_dir), args.commitlog_file_size)
     pack_indexed, indexed_pos = progress.slot("indexed_offset")
     progress.set("indexed_offset", pos)
     flush_every = args.flush_interval_ms / 1000

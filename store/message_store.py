@@ -140,8 +140,8 @@ def _now_ms() -> int:
 
 
 class CommitLog:
-    def __init__(self, root: Path, mapped_file_size: int) -> None:
-        self.queue = MappedFileQueue(root / "commitlog", mapped_file_size, release_flushed=True)
+    def __init__(self, directory: Path, mapped_file_size: int) -> None:
+        self.queue = MappedFileQueue(directory, mapped_file_size, release_flushed=True)
         self.mapped_file_size = mapped_file_size
 
     def get_min_offset(self) -> int:
@@ -497,7 +497,12 @@ class DefaultMessageStore:
             and self.abort_file.read_text("ascii", "replace").strip() == _BOOT_ID
         )
         self.checkpoint = StoreCheckpoint(self.root / "checkpoint")
-        self.commitlog = CommitLog(self.root, config.mapped_file_size_commitlog)
+        # (DefaultMessageStore's ensureDirOK: both exist from the start, so their disk ratios read)
+        self.commitlog_dir = config.commitlog_dir
+        self.consume_queue_dir = self.root / "consumequeue"
+        self.commitlog_dir.mkdir(parents=True, exist_ok=True)
+        self.consume_queue_dir.mkdir(exist_ok=True)
+        self.commitlog = CommitLog(self.commitlog_dir, config.mapped_file_size_commitlog)
         self.consume_queues: dict[tuple[str, int], ConsumeQueue] = {}
         self.index = IndexService(
             self.root / "index", config.max_hash_slot_num, config.max_index_num, java_string_hash
@@ -632,6 +637,7 @@ class DefaultMessageStore:
         cfg = self.config
         args = DispatcherArgs(
             root=str(self.root),
+            commitlog_dir=str(self.commitlog_dir),
             hash_slot_num=cfg.max_hash_slot_num,
             index_num=cfg.max_index_num,
             commitlog_file_size=cfg.mapped_file_size_commitlog,
@@ -1514,14 +1520,21 @@ class DefaultMessageStore:
         now = _now_ms() if now_ms is None else now_ms
         hour = time.localtime(now / 1000).tm_hour
         timeup = any(h.strip().isdigit() and int(h) == hour for h in cfg.delete_when.split(";"))
-        ratio = disk_used_percent(self.root)
-        # (getDiskMaxUsedSpaceRatio's bounds; an unreadable partition counts as full, as in Java)
-        spacefull = ratio < 0 or ratio > min(max(cfg.disk_max_used_space_ratio, 10), 95)
+        # isSpaceToDelete: the CommitLog's partition first; only when it has room, the ConsumeQueue's
+        # (which then alone decides DISK_FULL). getDiskMaxUsedSpaceRatio's bounds; an unreadable
+        # partition counts as full, as in Java
+        limit = min(max(cfg.disk_max_used_space_ratio, 10), 95)
+        ratio = disk_used_percent(self.commitlog_dir)
+        immediately = ratio > _CLEAN_FORCIBLY_RATIO
+        spacefull = ratio < 0 or ratio > limit
+        if not spacefull:
+            ratio = disk_used_percent(self.consume_queue_dir)
+            immediately = immediately or ratio > _CLEAN_FORCIBLY_RATIO
+            spacefull = ratio < 0 or ratio > limit
         self._disk_full = ratio > _DISK_WARNING_RATIO  # like RunningFlags DISK_FULL
         deleted = 0
         if timeup or spacefull or force:
             q = self.commitlog.queue
-            immediately = ratio > _CLEAN_FORCIBLY_RATIO
             n = min(q.expired_by_time(cfg.file_reserved_time * 3_600_000, now, immediately=immediately), 10)
             if n:
                 with self._put_lock:
@@ -1562,12 +1575,16 @@ class DefaultMessageStore:
 
     def runtime_info(self) -> dict[str, str]:
         cl = self.commitlog
-        disk_ratio = str(disk_used_percent(self.root) / 100)
+        cq_ratio = str(disk_used_percent(self.consume_queue_dir) / 100)
+        if self.config.store_path_commit_log:  # (else commitlog/ is on consumequeue/'s partition)
+            cl_ratio = str(disk_used_percent(self.commitlog_dir) / 100)
+        else:
+            cl_ratio = cq_ratio
         return {
             "commitLogMinOffset": str(cl.get_min_offset()),
             "commitLogMaxOffset": str(cl.get_max_offset()),
-            "commitLogDiskRatio": disk_ratio,
-            "consumeQueueDiskRatio": disk_ratio,  # its consumequeue/ is on the same partition
+            "commitLogDiskRatio": cl_ratio,
+            "consumeQueueDiskRatio": cq_ratio,
             "dispatchBehindBytes": str(self._index_process.behind() if self._index_process else 0),
             "putMessageEntireTimeMax": "0",
             "earliestMessageTimeStamp": str(self._earliest_commitlog_time()),
