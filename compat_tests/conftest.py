@@ -61,8 +61,11 @@ _STARTED: list[ServerProcess] = []
 _JAVA_STARTED: list[java.JavaServer] = []
 
 
-def start_java_cluster(workdir: Path) -> tuple[Cluster, list[java.JavaServer]]:
-    """A stock 4.9.8 name server and broker on free ports, ready; the caller stops both."""
+def start_java_cluster(
+    workdir: Path, *, extra_conf: str = java.JAVA_BROKER_CONF, home: Path | None = None
+) -> tuple[Cluster, list[java.JavaServer]]:
+    """A stock 4.9.8 name server and broker on free ports, ready; the caller stops both. ``home``:
+    the broker's ROCKETMQ_HOME (its conf/, e.g. an ACL broker's plain_acl.yml)."""
     reason = java.missing()
     if reason:
         raise RuntimeError(reason)
@@ -71,7 +74,7 @@ def start_java_cluster(workdir: Path) -> tuple[Cluster, list[java.JavaServer]]:
     _JAVA_STARTED.append(namesrv)
     try:
         namesrv.wait_ready()
-        broker = java.JavaBroker(workdir / "broker", namesrv.addr)
+        broker = java.JavaBroker(workdir / "broker", namesrv.addr, extra_conf=extra_conf, home=home)
         servers.append(broker)
         _JAVA_STARTED.append(broker)
         broker.wait_ready()

@@ -60,7 +60,9 @@ class JavaServer:
     launcher = ""
     heap = "256m"
 
-    def __init__(self, workdir: Path, conf_name: str, conf: str, ports: list[int]) -> None:
+    def __init__(
+        self, workdir: Path, conf_name: str, conf: str, ports: list[int], *, home: Path | None = None
+    ) -> None:
         workdir.mkdir(parents=True, exist_ok=True)
         self.workdir = workdir
         self.ports = ports
@@ -69,6 +71,8 @@ class JavaServer:
         self.log_path = workdir / f"{self.launcher}.log"
         self._log = self.log_path.open("wb")
         env = java_env(workdir / "logs", HEAP=self.heap)
+        if home is not None:  # a conf/ of the test's own (an ACL broker's plain_acl.yml)
+            env["ROCKETMQ_HOME"] = str(home)
         cmd = [str(rocketmq_home() / "bin" / f"{self.launcher}.sh"), "-c", str(self.conf_path)]
         self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, cwd=workdir, env=env)
 
@@ -124,6 +128,7 @@ class JavaBroker(JavaServer):
         name: str = "java-broker-a",
         port: int | None = None,
         extra_conf: str = JAVA_BROKER_CONF,
+        home: Path | None = None,
     ) -> None:
         self.port = port or _broker_port()
         self.name = name
@@ -134,7 +139,7 @@ class JavaBroker(JavaServer):
             f"listenPort={self.port}\nhaListenPort={self.port + 1}\n"
             f"storePathRootDir={store}\nstorePathCommitLog={store / 'commitlog'}\n" + extra_conf
         )
-        super().__init__(workdir, "broker.conf", conf, [self.port])
+        super().__init__(workdir, "broker.conf", conf, [self.port], home=home)
 
     @property
     def addr(self) -> str:

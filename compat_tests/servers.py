@@ -141,6 +141,7 @@ class ServerProcess:
         namesrv_port: int | None = None,
         broker_port: int | None = None,
         log_name: str | None = None,
+        extra_args: tuple[str, ...] = (),
     ) -> None:
         self.workdir = workdir
         self.store = workdir / "store"
@@ -168,6 +169,7 @@ class ServerProcess:
         ]
         if namesrv_addr:
             args += ["--namesrv-addr", namesrv_addr]
+        args += extra_args
         self._log = self.log_path.open("wb")
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         self.proc = subprocess.Popen(args, stdout=self._log, stderr=subprocess.STDOUT, cwd=workdir, env=env)
