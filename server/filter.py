@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import re
 import struct
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 #: Expression types of ``ExpressionType``; an absent or empty type is TAG.
@@ -462,6 +462,38 @@ _IMAGES = {
     "ID": "<ID>",
     "EOF": "<EOF>",
 }
+#: Token kinds in SelectorParserConstants' order (how a ParseException lists what it expected).
+_KIND_ORDER = {
+    kind: i
+    for i, kind in enumerate(
+        (
+            "EOF",
+            *_KEYWORDS,
+            "DECIMAL",
+            "FLOAT",
+            "STRING",
+            "ID",
+            "=",
+            "<>",
+            ">",
+            ">=",
+            "<",
+            "<=",
+            "(",
+            ",",
+            ")",
+            "+",
+            "-",
+        )
+    )
+}
+_PRIMARY_START = ("TRUE", "FALSE", "NULL", "DECIMAL", "FLOAT", "STRING", "ID", "(")
+
+
+def _image(kind: str) -> str:
+    return _IMAGES.get(kind) or f'"{kind}"'
+
+
 _SKIP = re.compile(r"(?:[ \t\n\r\f]+|--[^\n\r]*(?:\n|\r|\r\n)|/\*[^*]*\*+(?:[^*/][^*]*\*+)*/)+")
 
 
@@ -474,8 +506,7 @@ class _Token:
     def describe(self) -> str:
         if self.kind == "EOF":
             return "<EOF>"
-        kind_image = _IMAGES.get(self.kind) or f'"{self.kind}"'
-        return f' {kind_image} "{_escape(self.image)} '
+        return f' {_image(self.kind)} "{_escape(self.image)} "'
 
 
 def _escape(text: str) -> str:
@@ -491,8 +522,9 @@ def _escape(text: str) -> str:
     return "".join(out)
 
 
-def _tokenize(text: str) -> list[_Token]:
-    tokens: list[_Token] = []
+def _tokenize(text: str) -> Iterator[_Token]:
+    """The tokens of ``text`` as the parser asks for them (JavaCC's token manager is lazy: text
+    after the last token the parser looked at is never read, so it cannot be a lexical error)."""
     pos, n = 0, len(text)
     while True:
         m = _SKIP.match(text, pos)
@@ -501,8 +533,9 @@ def _tokenize(text: str) -> list[_Token]:
         line = text.count("\n", 0, pos) + 1
         column = pos - (text.rfind("\n", 0, pos) + 1) + 1
         if pos >= n:
-            tokens.append(_Token("EOF", "", line, column))
-            return tokens
+            column -= 1  # JavaCC places EOF at the last character read
+            while True:
+                yield _Token("EOF", "", line, column)
         best_kind, best_end = "", pos
         for kind, rx in _TOKEN_RES:
             m = rx.match(text, pos)
@@ -527,52 +560,76 @@ def _tokenize(text: str) -> list[_Token]:
         image = text[pos:best_end]
         if best_kind == "ID" and image.upper() in _KEYWORDS:
             best_kind = image.upper()
-        tokens.append(_Token(best_kind, image, line, column))
+        yield _Token(best_kind, image, line, column)
         pos = best_end
 
 
 # -- the parser (SelectorParser.jj's productions) --------------------------------------------------------
 class _Parser:
+    """A recursive-descent reading of SelectorParser.jj. ``expected`` collects, as JavaCC's jj_la1
+    does, the kinds each choice point since the last consumed token could have taken: a
+    ParseException lists them in token-kind order."""
+
     def __init__(self, text: str) -> None:
-        self.tokens = _tokenize(text)
+        self.lexer = _tokenize(text)
+        self.tokens: list[_Token] = []
         self.i = 0
+        self.expected: set[str] = set()
+
+    def token(self, k: int = 0) -> _Token:
+        while len(self.tokens) <= self.i + k:
+            self.tokens.append(next(self.lexer))
+        return self.tokens[self.i + k]
 
     def peek(self, k: int = 0) -> str:
-        return self.tokens[min(self.i + k, len(self.tokens) - 1)].kind
+        return self.token(k).kind
+
+    def advance(self, n: int = 1) -> None:
+        self.i += n
+        self.expected.clear()
+
+    def expect(self, kinds: Iterable[str]) -> None:
+        self.expected.update(kinds)
 
     def take(self, kind: str) -> _Token:
-        tok = self.tokens[self.i]
+        tok = self.token()
         if tok.kind != kind:
+            self.expected.add(kind)
             self.fail()
-        self.i += 1
+        self.advance()
         return tok
 
     def fail(self) -> None:
-        tok = self.tokens[self.i]
+        tok = self.token()
+        kinds = sorted(self.expected, key=_KIND_ORDER.__getitem__)
+        entries = "".join(f"{_image(kind)} ...\n    " for kind in kinds)
+        expecting = "Was expecting:" if len(kinds) == 1 else "Was expecting one of:"
         raise FilterParseError(
-            _PARSE_EXCEPTION, f'Encountered "{tok.describe()}" at line {tok.line}, column {tok.column}.'
+            _PARSE_EXCEPTION,
+            f'Encountered "{tok.describe()}" at line {tok.line}, column {tok.column}.\n{expecting}\n    {entries}',
         )
 
     def selector(self) -> Node:
-        node = _as_boolean(self.or_expression())
-        if self.peek() != "EOF":
-            self.fail()
-        return node
+        """``JmsSelector``: one orExpression; what follows it is not read (4.9.8's grammar has no
+        <EOF> there, so "a LIKE 'x'" is the selector ``a``)."""
+        return _as_boolean(self.or_expression())
 
     def or_expression(self) -> Node:
         left = self.and_expression()
         while self.peek() == "OR":
-            self.i += 1
+            self.advance()
             right = self.and_expression()
             left = _or(_as_boolean(left), _as_boolean(right))
+        self.expect(("OR",))
         return left
 
     def and_expression(self) -> Node:
         left = self.equality_expression()
         while self.peek() == "AND":
-            self.i += 1
+            self.advance()
             right = self.equality_expression()
             left = _and(_as_boolean(left), _as_boolean(right))
+        self.expect(("AND",))
         return left
 
     def equality_expression(self) -> Node:
@@ -581,24 +638,25 @@ class _Parser:
         while True:
             kind = self.peek()
             if kind == "=":
-                self.i += 1
+                self.advance()
                 right = self.comparison_expression()
                 _check_equal_operands(left, right)
                 left = _equal(left, right)
             elif kind == "<>":
-                self.i += 1
+                self.advance()
                 right = self.comparison_expression()
                 _check_equal_operands(left, right)
                 left = _not(_equal(left, right))
             elif kind == "IS" and self.peek(1) == "NULL":
-                self.i += 2
+                self.advance(2)
                 left = _equal(left, null)
             elif kind == "IS":
-                self.i += 1
+                self.advance()
                 self.take("NOT")
                 self.take("NULL")
                 left = _not(_equal(left, null))
             else:
+                self.expect(("=", "<>", "IS"))
                 return left
 
     def comparison_expression(self) -> Node:
@@ -606,40 +664,45 @@ class _Parser:
         while True:
             kind = self.peek()
             if kind in (">", ">=", "<", "<="):
-                self.i += 1
+                self.advance()
                 right = self.unary_expr()
                 left = {">": _gt, ">=": _ge, "<": _lt, "<=": _le}[kind](left, right)
             elif kind == "BETWEEN" or (kind == "NOT" and self.peek(1) == "BETWEEN"):
                 negated = kind == "NOT"
-                self.i += 2 if negated else 1
+                self.advance(2 if negated else 1)
                 low = self.unary_expr()
                 self.take("AND")
                 high = self.unary_expr()
                 left = _or(_lt(left, low), _gt(left, high)) if negated else _between(left, low, high)
             elif kind == "IN" or (kind == "NOT" and self.peek(1) == "IN"):
                 negated = kind == "NOT"
-                self.i += 2 if negated else 1
+                self.advance(2 if negated else 1)
                 self.take("(")
                 items = [self.string_literal()]
                 while self.peek() == ",":
-                    self.i += 1
+                    self.advance()
                     items.append(self.string_literal())
+                self.expect((",",))
                 self.take(")")
                 left = _in(left, items, negated)
             else:
+                self.expect((">", ">=", "<", "<=", "BETWEEN", "IN", "NOT"))
                 return left
 
     def unary_expr(self) -> Node:
         kind = self.peek()
         if kind == "+":
-            self.i += 1
+            self.advance()
             return self.unary_expr()
         if kind == "-":
-            self.i += 1
+            self.advance()
             return _negate(self.unary_expr())
         if kind == "NOT":
-            self.i += 1
+            self.advance()
             return _not(_as_boolean(self.unary_expr()))
+        if kind not in _PRIMARY_START:
+            self.expect(("-", "NOT", *_PRIMARY_START))
+            self.fail()
         return self.primary_expr()
 
     def primary_expr(self) -> Node:
@@ -647,19 +710,19 @@ class _Parser:
         if kind == "ID":
             return _property(self.take("ID").image)
         if kind == "(":
-            self.i += 1
+            self.advance()
             node = self.or_expression()
             self.take(")")
             return node
         return self.literal()
 
     def literal(self) -> Node:
-        tok = self.tokens[self.i]
+        tok = self.token()
         kind = tok.kind
         if kind == "STRING":
             value = self.string_literal()
             return _constant(STR, value, _constant_text(STR, value))
-        self.i += 1
+        self.advance()
         if kind == "DECIMAL":
             digits = tok.image.rstrip("lL")
             value = int(digits)
@@ -678,11 +741,7 @@ class _Parser:
             return _constant(BOOL, True, "TRUE", boolean=True)
         if kind == "FALSE":
             return _constant(BOOL, False, "FALSE", boolean=True)
-        if kind == "NULL":
-            return _constant(NULL, None, "NULL", boolean=True)
-        self.i -= 1
-        self.fail()
-        raise AssertionError  # fail() raised
+        return _constant(NULL, None, "NULL", boolean=True)  # unary_expr let only literals through
 
     def string_literal(self) -> str:
         image = self.take("STRING").image
