@@ -392,7 +392,8 @@ class PullMessageProcessor(RequestProcessor):
             born_timestamp=int(time.time() * 1000),
             born_host=host.packed,
             born_port=config.listenPort,
-            properties={PROPERTY_TAGS: group, PROPERTY_DELAY_TIME_LEVEL: "0", PROPERTY_KEYS: group},
+            # in the order Java's HashMap writes them (messageProperties2String)
+            properties={PROPERTY_KEYS: group, PROPERTY_DELAY_TIME_LEVEL: "0", PROPERTY_TAGS: group},
         )
         result = self.store.put_message(msg)
         if result.status is not PutMessageStatus.PUT_OK:
