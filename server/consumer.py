@@ -222,6 +222,9 @@ class ConsumerManager:
 class ProducerManager:
     def __init__(self) -> None:
         self.groups: dict[str, dict[Channel, ClientChannelInfo]] = {}
+        #: clientId -> its latest registered connection (``clientChannelTable``: request-reply's
+        #: PUSH_REPLY_MESSAGE_TO_CLIENT finds the requester here)
+        self.client_channels: dict[str, Channel] = {}
         self._turn = 0
 
     def register(self, group: str, info: ClientChannelInfo) -> None:
@@ -229,13 +232,16 @@ class ProducerManager:
         old = channels.get(info.channel)
         if old is None or old.client_id != info.client_id:
             channels[info.channel] = info
+            self.client_channels[info.client_id] = info.channel
         else:
             old.last_update = info.last_update
 
     def unregister(self, group: str, channel: Channel) -> None:
         channels = self.groups.get(group)
         if channels is not None:
-            channels.pop(channel, None)
+            info = channels.pop(channel, None)
+            if info is not None:  # (Java drops the clientId even if another group still has it)
+                self.client_channels.pop(info.client_id, None)
             if not channels:
                 del self.groups[group]
 
@@ -243,7 +249,9 @@ class ProducerManager:
         # the group stays, empty, as Java's doChannelCloseEvent leaves it (its connection list is
         # then an empty set, not "not exist"); only UNREGISTER_CLIENT drops an emptied group
         for channels in self.groups.values():
-            channels.pop(channel, None)
+            info = channels.pop(channel, None)
+            if info is not None:
+                self.client_channels.pop(info.client_id, None)
 
     def scan_expired(self, timeout: float) -> None:
         deadline = time.monotonic() - timeout
@@ -252,6 +260,11 @@ class ProducerManager:
                 if info.last_update < deadline:
                     channel.close()
                     channels.pop(channel, None)
+                    self.client_channels.pop(info.client_id, None)
+
+    def find_channel(self, client_id: str) -> Channel | None:
+        """``findChannel``: the connection the producer with this clientId last registered on."""
+        return self.client_channels.get(client_id)
 
     def any_channel(self, group: str) -> Channel | None:
         """A channel of the group for CHECK_TRANSACTION_STATE, taken in turn (``getAvailableChannel``):

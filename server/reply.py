@@ -129,7 +129,7 @@ class ReplyMessageProcessor(RequestProcessor):
         if sender is None:
             log.warning("%s is null, can not reply message", PROPERTY_MESSAGE_REPLY_TO_CLIENT)
             return False, f"reply message properties[{PROPERTY_MESSAGE_REPLY_TO_CLIENT}] is null"
-        target = self._find_channel(sender)
+        target = self.broker.producers.find_channel(sender)
         if target is None:
             remark = f"push reply message fail, channel of <{sender}> not found."
             log.warning(remark)
@@ -162,12 +162,3 @@ class ReplyMessageProcessor(RequestProcessor):
             log.warning("push reply message to <%s> return fail, response remark: %s", sender, answer.remark)
             return False, failed
         return True, ""
-
-    def _find_channel(self, client_id: str) -> Channel | None:
-        """``ProducerManager.findChannel``: the connection a producer with this clientId registered on."""
-        found = None
-        for channels in self.broker.producers.groups.values():
-            for channel, info in channels.items():
-                if info.client_id == client_id and not channel.closed:
-                    found = channel  # the latest registration wins, as Java's clientId table
-        return found
