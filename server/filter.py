@@ -17,6 +17,8 @@ import struct
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
+from rmqgate.wire.message import java_hashmap_order
+
 #: Expression types of ``ExpressionType``; an absent or empty type is TAG.
 TAG = "TAG"
 SQL92 = "SQL92"
@@ -43,6 +45,12 @@ class FilterParseError(ValueError):
     def __init__(self, java_class: str, message: str) -> None:
         self.remark = f"{java_class}: {message}" if message else java_class
         super().__init__(self.remark)
+
+
+_BOOLEAN_CAST = (
+    "java.lang.ClassCastException: class java.lang.Boolean cannot be cast to class java.lang.String "
+    "(java.lang.Boolean and java.lang.String are in module java.base of loader 'bootstrap')"
+)
 
 
 class _EvalError(Exception):
@@ -121,7 +129,7 @@ def _converter(lc: str, rc: str) -> Callable[[Any, Any], int]:
         if rc == STR:
 
             def cast_error(lv: Any, rv: Any) -> int:  # Java casts the Boolean to String
-                raise _EvalError("java.lang.ClassCastException")
+                raise _EvalError(_BOOLEAN_CAST)
 
             return cast_error
         return lambda lv, rv: -1
@@ -405,7 +413,18 @@ def _in(prop: Node, items: list[str], negated: bool) -> Node:
         return (v in members) != negated
 
     symbol = "NOT IN" if negated else "IN"
-    return Node(BOOL, in_, f"{prop.text} {symbol} ( {', '.join(items)} )", boolean=True)
+    return Node(BOOL, in_, f"{prop.text} {symbol} ( {', '.join(_in_list_order(items))} )", boolean=True)
+
+
+def _in_list_order(items: list[str]) -> list[str]:
+    """How ``createInExpression`` keeps the list: as written below 5 items, else in a HashSet."""
+    if len(items) < 5:
+        return items
+    unique = list(dict.fromkeys(items))
+    capacity = 16
+    while capacity < int(len(unique) / 0.75) + 1:
+        capacity <<= 1
+    return java_hashmap_order(unique, capacity * 3 // 8 + 1 if capacity > 16 else None)
 
 
 def _between(value: Node, low: Node, high: Node) -> Node:
@@ -414,8 +433,11 @@ def _between(value: Node, low: Node, high: Node) -> Node:
             raise _runtime("Illegal values of between, values can not be null!")
         try:
             order = _converter(high.jclass, low.jclass)(high.const, low.const)
-        except _EvalError as exc:
-            raise _runtime(str(exc)) from None
+        except _EvalError as exc:  # __compare wraps a NumberFormatException, not a ClassCastException
+            cls, _, message = str(exc).partition(": ")
+            raise (
+                FilterParseError(cls, message) if str(exc) == _BOOLEAN_CAST else _runtime(str(exc))
+            ) from None
         if order < 0:
             raise _runtime(
                 f"Illegal values of between, left value({_plain(low)}) must less than or equal to "
@@ -522,6 +544,44 @@ def _escape(text: str) -> str:
     return "".join(out)
 
 
+def _position(text: str, pos: int) -> tuple[int, int]:
+    """1-based line and column of ``text[pos]`` (one past the end for ``pos == len(text)``)."""
+    return text.count("\n", 0, pos) + 1, pos - (text.rfind("\n", 0, pos) + 1) + 1
+
+
+def _lexical_error(text: str, pos: int) -> FilterParseError:
+    """JavaCC's TokenMgrError where no token starts at ``pos``. The token manager read on while a
+    token could still be forming (an unterminated string or comment to the end, one character past
+    a "." or "/"); at the last character it read, it reports EOF if the text ends there (column one
+    past it, the characters read) and else that character (the ones before it)."""
+    n = len(text)
+    if text.startswith("'", pos) or text.startswith("/*", pos):
+        stop = n - 1
+    elif text.startswith((".", "/"), pos) and pos + 1 < n:
+        stop = pos + 1
+    else:
+        stop = pos
+    read = stop - pos + 1
+    line, column = _position(text, stop)
+    if stop + 1 >= n:
+        after = _escape(text[pos : stop + 1]) if read > 1 else ""
+        if text[stop] in "\r\n":
+            line, column = line + 1, 0
+        else:
+            column += 1
+        return FilterParseError(
+            _TOKEN_ERROR,
+            f'Lexical error at line {line}, column {column}.  Encountered: <EOF> after : "{after}"',
+        )
+    ch = text[stop]
+    after = _escape(text[pos:stop]) if read > 1 else ""
+    return FilterParseError(
+        _TOKEN_ERROR,
+        f"Lexical error at line {line}, column {column}.  "
+        f'Encountered: "{_escape(ch)}" ({ord(ch)}), after : "{after}"',
+    )
+
+
 def _tokenize(text: str) -> Iterator[_Token]:
     """The tokens of ``text`` as the parser asks for them (JavaCC's token manager is lazy: text
     after the last token the parser looked at is never read, so it cannot be a lexical error)."""
@@ -530,10 +590,10 @@ def _tokenize(text: str) -> Iterator[_Token]:
         m = _SKIP.match(text, pos)
         if m:
             pos = m.end()
-        line = text.count("\n", 0, pos) + 1
-        column = pos - (text.rfind("\n", 0, pos) + 1) + 1
+        line, column = _position(text, pos)
         if pos >= n:
-            column -= 1  # JavaCC places EOF at the last character read
+            # JavaCC places EOF at the last character read (line 0, column 0 when there is none)
+            line, column = _position(text, n - 1) if n else (0, 0)
             while True:
                 yield _Token("EOF", "", line, column)
         best_kind, best_end = "", pos
@@ -545,18 +605,7 @@ def _tokenize(text: str) -> Iterator[_Token]:
             if text.startswith(op, pos) and pos + len(op) > best_end:
                 best_kind, best_end = op, pos + len(op)
         if not best_kind:
-            ch = text[pos]
-            if ch == "'":  # an unterminated string literal runs to the end
-                raise FilterParseError(
-                    _TOKEN_ERROR,
-                    f"Lexical error at line {text.count(chr(10)) + 1}, column {n - text.rfind(chr(10)) - 1}.  "
-                    f'Encountered: <EOF> after : "{_escape(text[pos:])}"',
-                )
-            raise FilterParseError(
-                _TOKEN_ERROR,
-                f"Lexical error at line {line}, column {column}.  "
-                f'Encountered: "{_escape(ch)}" ({ord(ch)}), after : ""',
-            )
+            raise _lexical_error(text, pos)
         image = text[pos:best_end]
         if best_kind == "ID" and image.upper() in _KEYWORDS:
             best_kind = image.upper()
@@ -685,6 +734,9 @@ class _Parser:
                 self.expect((",",))
                 self.take(")")
                 left = _in(left, items, negated)
+            elif kind == "NOT":  # the loop took NOT as the start of NOT BETWEEN / NOT IN
+                self.expect((">", ">=", "<", "<=", "BETWEEN", "IN"))
+                self.fail()
             else:
                 self.expect((">", ">=", "<", "<=", "BETWEEN", "IN", "NOT"))
                 return left
