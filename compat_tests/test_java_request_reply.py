@@ -58,7 +58,7 @@ def test_request_reply(broker_pair: BrokerPair, uniq, version, serialization):
         timeout=180,
     )
     broker_pair.assert_same(results)
-    for key in ("asyncReply", "noReply", "lateReplySend", "replySends"):
+    for key in ("asyncReply", "bigReply", "noReply", "lateReplySend", "replySends"):
         by_broker = data(results, key)
         assert by_broker["rmqgate"] == by_broker["java"], f"{key}: {by_broker}"
     props = data(results, "asyncReplyProperties")

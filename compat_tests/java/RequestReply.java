@@ -59,7 +59,11 @@ public final class RequestReply {
                     if (body.startsWith("late")) {
                         requesterGone.await(30, TimeUnit.SECONDS);
                     }
-                    Message reply = MessageUtil.createReplyMessage(m, Harness.utf8("re:" + body));
+                    StringBuilder answer = new StringBuilder("re:" + body);
+                    for (int i = 0; body.startsWith("big") && i < 6000; i++) {
+                        answer.append('x'); // over compressMsgBodyOverHowmuch: the replier compresses it
+                    }
+                    Message reply = MessageUtil.createReplyMessage(m, Harness.utf8(answer.toString()));
                     reply.putUserProperty("answer", body);
                     SendResult r = replier.send(reply);
                     replySends.put(body, String.valueOf(r.getSendStatus()));
@@ -107,29 +111,28 @@ public final class RequestReply {
         }
 
         // async request
-        CountDownLatch asyncAnswered = new CountDownLatch(1);
-        Map<String, Object> asyncOutcome = new ConcurrentHashMap<>();
-        Message ping2 = new Message(topic, "TagReq", "key-async", Harness.utf8("async-1"));
-        requester.request(ping2, new RequestCallback() {
-            @Override
-            public void onSuccess(Message message) {
-                asyncOutcome.put("reply", describe(message));
-                asyncOutcome.put("properties", new TreeMap<>(message.getProperties()));
-                asyncAnswered.countDown();
-            }
-
-            @Override
-            public void onException(Throwable e) {
-                asyncOutcome.put("failure", failure(e));
-                asyncAnswered.countDown();
-            }
-        }, 15_000);
-        boolean asyncDone = asyncAnswered.await(20, TimeUnit.SECONDS);
+        Map<String, Object> asyncOutcome = asyncRequest(requester,
+            new Message(topic, "TagReq", "key-async", Harness.utf8("async-1")));
         Object asyncReply = asyncOutcome.get("reply");
-        h.check("an async request's callback gets the answer", asyncDone && asyncReply instanceof Map
+        h.check("an async request's callback gets the answer", asyncReply instanceof Map
             && "re:async-1".equals(((Map<?, ?>) asyncReply).get("body")), String.valueOf(asyncOutcome));
         h.put("asyncReply", asyncReply);
         h.put("asyncReplyProperties", asyncOutcome.get("properties"));
+
+        // an answer the replier compresses: the push carries its sysFlag, the requester decompresses
+        Map<String, Object> bigOutcome = asyncRequest(requester, new Message(topic, "TagReq", Harness.utf8("big-1")));
+        Object bigReply = bigOutcome.get("reply");
+        Object bigBody = bigReply instanceof Map ? ((Map<?, ?>) bigReply).get("body") : null;
+        h.check("an answer over 4 KiB (compressed by the replier) reaches the requester whole",
+            bigBody instanceof String && ((String) bigBody).length() == 6008 && ((String) bigBody).startsWith("re:big-1"),
+            bigBody instanceof String ? ((String) bigBody).length() + " chars" : String.valueOf(bigOutcome));
+        if (bigReply instanceof Map) {
+            Map<String, Object> big = new TreeMap<>();
+            for (Map.Entry<?, ?> e : ((Map<?, ?>) bigReply).entrySet()) {
+                big.put(String.valueOf(e.getKey()), "body".equals(e.getKey()) ? ((String) bigBody).length() : e.getValue());
+            }
+            h.put("bigReply", big);
+        }
 
         // a request nobody answers
         Object noReply;
@@ -181,7 +184,7 @@ public final class RequestReply {
         requestProps.putAll(requestsSeen);
         h.put("requestProperties", requestProps);
         h.check("the replier saw each request with CORRELATION_ID, REPLY_TO_CLIENT, TTL and CLUSTER",
-            requestsSeen.keySet().containsAll(List.of("sync-1", "async-1", "noreply-1", "late-1"))
+            requestsSeen.keySet().containsAll(List.of("sync-1", "async-1", "big-1", "noreply-1", "late-1"))
                 && requestsSeen.values().stream().allMatch(p -> p.containsKey(MessageConst.PROPERTY_CORRELATION_ID)
                     && p.containsKey(MessageConst.PROPERTY_MESSAGE_REPLY_TO_CLIENT)
                     && p.containsKey(MessageConst.PROPERTY_MESSAGE_TTL) && p.containsKey(MessageConst.PROPERTY_CLUSTER)),
@@ -215,11 +218,36 @@ public final class RequestReply {
             storedByBody.forEach((k, v) -> copies.put(k, v.size()));
             h.check("the broker stored each reply it was sent in <cluster>_REPLY_TOPIC",
                 copies.getOrDefault("sync-1", 0) == 1 && copies.getOrDefault("async-1", 0) == 1
+                    && copies.getOrDefault("big-1", 0) == 1
                     && !copies.containsKey("noreply-1") && copies.getOrDefault("late-1", 0) >= 1, String.valueOf(copies));
         }
         consumer.shutdown();
         replier.shutdown();
         requester.shutdown();
+    }
+
+    /** DefaultMQProducer.request with a RequestCallback: what the callback got (reply, properties or failure). */
+    static Map<String, Object> asyncRequest(DefaultMQProducer requester, Message msg) throws Exception {
+        CountDownLatch answered = new CountDownLatch(1);
+        Map<String, Object> outcome = new ConcurrentHashMap<>();
+        requester.request(msg, new RequestCallback() {
+            @Override
+            public void onSuccess(Message message) {
+                outcome.put("reply", describe(message));
+                outcome.put("properties", new TreeMap<>(message.getProperties()));
+                answered.countDown();
+            }
+
+            @Override
+            public void onException(Throwable e) {
+                outcome.put("failure", failure(e));
+                answered.countDown();
+            }
+        }, 15_000);
+        if (!answered.await(20, TimeUnit.SECONDS)) {
+            outcome.put("failure", "no callback in 20 s");
+        }
+        return outcome;
     }
 
     /** A started producer with its own client instance, known to the topic's broker (heartbeat sent). */
