@@ -170,3 +170,30 @@ async def test_bad_queue_and_unknown_topic(tmp_path: Path) -> None:
         await replier.aclose()
 
     await _with_broker(tmp_path, run)
+
+
+@async_test
+async def test_unregistering_one_producer_group_forgets_the_client(tmp_path: Path) -> None:
+    """ProducerManager's clientId table (Java's clientChannelTable) drops the clientId when any of its
+    groups unregisters, though the client's other group stays; its next registration of a group it
+    is not in brings it back."""
+
+    async def run(broker: Any) -> None:
+        req, pushes = await requester(broker.port, "two@groups")
+        body = json.dumps(
+            {"clientID": "two@groups", "consumerDataSet": [], "producerDataSet": [{"groupName": "REQ2"}]}
+        )
+        assert (await req.invoke(RemotingCommand.request(R.HEART_BEAT, {}, body.encode()))).code == 0
+        unreg = {"clientID": "two@groups", "producerGroup": "REQ2"}
+        assert (await req.invoke(RemotingCommand.request(R.UNREGISTER_CLIENT, unreg))).code == 0
+        assert "REQ" in broker.producers.groups
+        replier = await RemotingClient.connect("127.0.0.1", broker.port)
+        resp = await replier.invoke(reply_request("two@groups"))
+        assert resp.remark == "push reply message fail, channel of <two@groups> not found."
+        assert (await req.invoke(RemotingCommand.request(R.HEART_BEAT, {}, body.encode()))).code == 0
+        assert (await replier.invoke(reply_request("two@groups"))).code == ResponseCode.SUCCESS
+        assert len(pushes) == 1
+        await req.aclose()
+        await replier.aclose()
+
+    await _with_broker(tmp_path, run)
