@@ -15,7 +15,7 @@ import os
 import zlib
 from collections.abc import Iterable
 
-from rmqgate.server import locks, schedule, sendback, transaction
+from rmqgate.server import acl, locks, schedule, sendback, transaction
 from rmqgate.server.admin import AdminBrokerProcessor
 from rmqgate.server.client import RemotingClient
 from rmqgate.server.config import BrokerConfig, parse_properties_text
@@ -54,6 +54,7 @@ class BrokerController:
         extra_processors: Iterable[RequestProcessor] = (),
         scan_interval: float = 10.0,
         config_path: str | None = None,
+        acl_file: str | None = None,
     ) -> None:
         self.config = config
         self.config_path = config_path  # broker.conf: UPDATE_BROKER_CONFIG writes the config back
@@ -85,6 +86,11 @@ class BrokerController:
             sendback.ConsumerSendMsgBackProcessor(self),
             *extra_processors,
         ]
+        # ACL on: every processor behind the validator (off: nothing in the request path)
+        self.acl: acl.PlainAccessValidator | None = None
+        if config.aclEnable:
+            self.acl = acl.PlainAccessValidator(acl_file or acl.default_acl_file())
+            processors = acl.guard(processors, self.acl)
         self.server = RemotingServer(
             listen_host,
             config.listenPort,
@@ -131,10 +137,14 @@ class BrokerController:
             self.schedule.start()
         self._tasks.append(loop.create_task(self._scan_loop()))
         self._tasks.append(loop.create_task(self._stats_loop()))
+        if self.acl is not None:
+            self.acl.start()
 
     async def stop(self) -> None:
         await cancel_and_wait(self._tasks)
         self._tasks.clear()
+        if self.acl is not None:
+            await self.acl.stop()
         await self.schedule.stop()
         await self.transactions.stop()
         self.pull_processor.stop()

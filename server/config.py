@@ -132,7 +132,7 @@ def _broker_java_defaults() -> dict[str, str]:
         "waitTimeMillsInHeartbeatQueue": "31000", "waitTimeMillsInTransactionQueue": "3000",
         "startAcceptSendRequestTimeStamp": "0", "enableCalcFilterBitMap": "false",
         "expectConsumerNumUseFilter": "32", "maxErrorRateOfBloomFilter": "20",
-        "filterDataCleanTimeSpan": "86400000", "aclEnable": "false",
+        "filterDataCleanTimeSpan": "86400000",
         "enableDetailStat": "true", "autoDeleteUnusedStats": "false", "isolateLogEnable": "false",
         # NettyServerConfig
         **_netty_server_defaults(),
@@ -211,6 +211,7 @@ class BrokerConfig(PropertiesConfig):
     shortPollingTimeMills: int = 1000
     notifyConsumerIdsChangedEnable: bool = True
     enablePropertyFilter: bool = False  # SQL92 subscriptions
+    aclEnable: bool = False  # plain ACL (server/acl.py), read at start
     filterSupportRetry: bool = False  # a retry topic's messages filtered by the original topic's SQL92
     channelExpiredTimeout: int = 120_000
     transactionTimeOut: int = 6000

@@ -43,6 +43,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--conf", metavar="broker.conf", help="RocketMQ broker properties file")
     parser.add_argument(
+        "--acl",
+        metavar="FILE",
+        help="plain_acl.yml read when broker.conf has aclEnable=true (default $ROCKETMQ_HOME/conf/plain_acl.yml)",
+    )
+    parser.add_argument(
         "--listen", metavar="HOST", default="0.0.0.0", help="address to listen on (default 0.0.0.0)"
     )
     parser.add_argument(
@@ -112,7 +117,11 @@ async def serve(args: argparse.Namespace, stop: asyncio.Event | None = None) -> 
             from rmqgate.server.broker import BrokerController
 
             broker = BrokerController(
-                config, listen_host=args.listen, idle_timeout=args.idle_timeout, config_path=args.conf
+                config,
+                listen_host=args.listen,
+                idle_timeout=args.idle_timeout,
+                config_path=args.conf,
+                acl_file=getattr(args, "acl", None),
             )
             await broker.start()
             parts.append(f"broker {config.broker_addr}")
