@@ -4,6 +4,7 @@ reports it there, as 4.9.8's does (DefaultMessageStore reads the CommitLog from 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 from pathlib import Path
 
@@ -30,7 +31,7 @@ async def test_commitlog_outside_the_root_is_written_and_recovered(tmp_path: Pat
     try:
         c = await RemotingClient.connect("127.0.0.1", broker.port)
         for i in range(5):
-            resp = await c.invoke(send_v2(TOPIC, f"m{i}".encode()))
+            resp = await c.invoke(send_v2(TOPIC, f"m{i}".encode(), keys=f"k{i}"))
             assert resp.code == ResponseCode.SUCCESS, resp
         info = await c.invoke(RemotingCommand.request(R.GET_BROKER_RUNTIME_INFO))
         table = json.loads(info.body or b"{}")["table"]
@@ -47,6 +48,8 @@ async def test_commitlog_outside_the_root_is_written_and_recovered(tmp_path: Pat
     await broker.start()
     try:
         assert [m.body for m in stored(broker, TOPIC, 0)] == [f"m{i}".encode() for i in range(5)]
+        # the index dispatcher follows the CommitLog where it is
+        assert len((await asyncio.to_thread(broker.store.query_message, TOPIC, "k3", 32)).buffers) == 1
         max_phy = broker.store.get_max_phy_offset()
         assert max_phy > 0
     finally:
