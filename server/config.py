@@ -279,6 +279,16 @@ class BrokerConfig(PropertiesConfig):
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
 
+    def check_store_paths(self) -> None:
+        """4.9.8 spreads the CommitLog over several directories given as ``a,b`` (MessageStoreConfig's
+        MULTI_PATH_SPLITTER); rmqgate keeps it in one, so such a value is refused (``ConfigError``)
+        rather than taken as one directory's name."""
+        if self.storePathCommitLog and "," in self.storePathCommitLog:
+            raise ConfigError(
+                f"storePathCommitLog={self.storePathCommitLog!r}: one directory only "
+                "(rmqgate does not spread the CommitLog over several paths)"
+            )
+
     @property
     def broker_addr(self) -> str:
         return f"{self.brokerIP1}:{self.listenPort}"

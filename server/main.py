@@ -73,6 +73,7 @@ def build_config(args: argparse.Namespace) -> BrokerConfig:
     config.storePathRootDir = os.path.expanduser(config.storePathRootDir)
     config.check_role()
     config.check_delay_levels()
+    config.check_store_paths()
     return config
 
 

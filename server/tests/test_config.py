@@ -75,6 +75,12 @@ def test_every_number_key_the_store_reads_reaches_it_from_broker_conf() -> None:
     assert {"maxMsgsNumBatch", "flushCommitLogLeastPages", "maxTransferCountOnMessageInDisk"} <= set(shared)
 
 
+def test_a_commitlog_spread_over_several_paths_is_refused_not_read_as_one_name() -> None:
+    BrokerConfig(storePathCommitLog="/data/commitlog").check_store_paths()
+    with pytest.raises(ConfigError, match="storePathCommitLog='/a,/b': one directory only"):
+        BrokerConfig(storePathCommitLog="/a,/b").check_store_paths()
+
+
 def test_broker_role_rules_as_broker_startup() -> None:
     master = BrokerConfig(brokerRole="SYNC_MASTER", brokerId=3)
     master.check_role()
