@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import os
+import socket
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -23,7 +25,7 @@ OUTCOME_COLUMNS: tuple[tuple[str, str], ...] = (
     ("conn", "string"),
     ("clone", "int"),
     ("role", "string"),
-    ("target", "string"),
+    ("executor", "string"),  # host:working directory of the Python worker: one per Spark executor
     ("seq", "int"),
     ("code", "int"),
     ("topic", "string"),
@@ -56,6 +58,12 @@ class ReplayUnit:
     messages: list[int]  # messages each request stores (SENDs), by request index
 
 
+def executor_id() -> str:
+    """Which executor runs this task: cluster managers start each executor in its own working
+    directory (standalone: WORK_DIR/APP/EXECUTOR_ID, YARN: the container's), local mode in the driver's."""
+    return f"{socket.gethostname()}:{os.getcwd()}"
+
+
 def _status(o: Outcome, oneway: bool) -> str:
     if o.response_code is not None:
         return "ok"
@@ -82,6 +90,7 @@ async def replay_units(
     by_id = {u.conn.conn_id: u for u in units}
     seqs: dict[int, int] = {}
     rows = []
+    executor = executor_id()
     for o in outcomes:
         u = by_id[o.conn_id]
         if o.kind == "request":
@@ -98,7 +107,7 @@ async def replay_units(
                 u.key,
                 u.clone,
                 u.role,
-                "",
+                executor,
                 seq,
                 int(o.code),
                 o.topic,

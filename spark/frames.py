@@ -98,6 +98,15 @@ def _from_pcap(source: str | bytes) -> Iterator[Frame]:
 def _from_capture(path: str) -> Iterator[Frame]:
     from rmqgate.tools import capture
 
+    try:
+        import zstandard  # noqa: F401
+    except ImportError:
+        raise RuntimeError(
+            f"{path}: reading an .rmqcap needs zstandard, which this Python lacks: put the file where "
+            "the driver reads it (the job decodes it there), or give executors a Python environment "
+            "with zstandard (spark.archives, see the README)"
+        ) from None
+
     peers: dict[int, tuple[str, str]] = {}
     for rec in capture.read_capture(path):
         if rec.kind != capture.Kind.FRAME:
@@ -210,6 +219,13 @@ def rows_from_bytes(source: str, data: bytes) -> Iterator[dict[str, Any]]:
         yield from rows_from_frames(source, _from_capture(tmp))
     finally:
         os.unlink(tmp)
+
+
+def rows_from_shipped(source: str, name: str) -> Iterator[dict[str, Any]]:
+    """Rows of an input the driver distributed with ``SparkContext.addFile(…/name)`` (on an executor)."""
+    from pyspark import SparkFiles
+
+    yield from rows_from_frames(source, read_input(SparkFiles.get(name)))
 
 
 def rows_from_path(path: str) -> list[dict[str, Any]]:

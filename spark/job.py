@@ -28,7 +28,15 @@ from pathlib import Path
 from typing import Any
 
 from rmqgate.spark.executor import OUTCOME_DDL, ReplayUnit, run_task
-from rmqgate.spark.frames import FRAME_COLUMNS, FRAME_DDL, rows_from_bytes
+from rmqgate.spark.frames import (
+    FRAME_COLUMNS,
+    FRAME_DDL,
+    is_pcap,
+    read_input,
+    rows_from_bytes,
+    rows_from_frames,
+    rows_from_shipped,
+)
 from rmqgate.spark.plan import (
     SEND_CODES,
     broker_name_of,
@@ -114,6 +122,11 @@ def under_spark_submit() -> bool:
     return "PYSPARK_GATEWAY_PORT" in os.environ
 
 
+def is_local_master(master: str | None) -> bool:
+    """local / local[N] / local[*]: executors are threads of the driver's JVM and run its Python."""
+    return master is None or master == "local" or master.startswith("local[")
+
+
 def make_session(
     master: str | None = "local[2]",
     *,
@@ -128,9 +141,13 @@ def make_session(
         from pyspark.sql import SparkSession
     except ImportError as exc:  # pragma: no cover - pyspark is a declared extra
         raise JobError("pyspark is not installed (pip install 'rmqgate[spark]')") from exc
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    local = master is None or master.startswith("local")
+    given = dict(conf)
+    local = is_local_master(master)
+    if given.get("spark.pyspark.python"):
+        # read from the environment when the context starts (spark-submit does this for its driver)
+        os.environ["PYSPARK_PYTHON"] = given["spark.pyspark.python"]
     if local:
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         # executors of a local master are this machine's Python: the one rmqgate is installed in
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.appName(app_name)
@@ -153,7 +170,6 @@ def make_session(
         opt = f"-Dlog4j2.configurationFile=file:{QUIET_LOG4J}"
         defaults["spark.driver.extraJavaOptions"] = opt
         defaults["spark.executor.extraJavaOptions"] = opt
-    given = dict(conf)
     for k, v in {**defaults, **given}.items():
         builder = builder.config(k, v)
     try:
@@ -201,6 +217,60 @@ def _hadoop_exists(spark: Any, path: str) -> bool:
     return bool(fs.exists(jpath))
 
 
+def qualify(spark: Any, path: str) -> str:
+    """``path`` as a full URI of its file system, resolved on the driver: a relative path is the
+    default file system's working directory (HDFS: /user/NAME), never an executor's cwd."""
+    jvm = spark.sparkContext._jvm
+    jpath = jvm.org.apache.hadoop.fs.Path(path)
+    fs = jpath.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+    return str(fs.makeQualified(jpath).toString())
+
+
+def scratch_dir(spark: Any, name: str) -> str:
+    """Where the job keeps ``name`` (frames cache, outcomes) unless told: the temp directory when the
+    executors share the driver's disk (a local master or a file: default file system), else
+    ``name`` under the user's directory on the cluster's default file system (HDFS, S3, ...)."""
+    default_fs = str(spark.sparkContext._jsc.hadoopConfiguration().get("fs.defaultFS") or "file:///")
+    if is_local_master(spark.sparkContext.master) or default_fs.startswith("file:"):
+        return qualify(spark, os.path.join(tempfile.gettempdir(), name))
+    return qualify(spark, name)
+
+
+def ship_code(spark: Any, opts: JobOptions) -> dict[str, Any] | None:
+    """Give executors outside the driver's process the code their tasks import (spark/ship.py).
+
+    Off with ``spark.rmqgate.shipCode=false`` (executors whose Python has rmqgate installed)."""
+    sc = spark.sparkContext
+    if is_local_master(sc.master) or sc.getConf().get("spark.rmqgate.shipCode", "true") == "false":
+        return None
+    from rmqgate.spark.ship import pyfiles_zip
+
+    t = time.perf_counter()
+    path = pyfiles_zip()
+    sc.addPyFile(str(path))
+    info = {"py_files": str(path), "bytes": path.stat().st_size, "seconds": round(time.perf_counter() - t, 3)}
+    _say(opts, f"executors get {path.name} ({info['bytes'] / 1024:.0f} KiB) with addPyFile")
+    return info
+
+
+def _stage_for_add_file(uris: Sequence[str]) -> list[tuple[str, str]]:
+    """(uri, local file) for inputs SparkContext.addFile distributes. Executors get each under its
+    base name (addFile resolves links), so inputs sharing a base name are copied apart first."""
+    from urllib.parse import unquote, urlparse
+
+    local = [Path(unquote(urlparse(u).path)) if u.startswith("file:") else Path(u) for u in uris]
+    names = [p.name for p in local]
+    out = []
+    for uri, path in zip(uris, local, strict=True):
+        if names.count(path.name) > 1:
+            stage = Path(tempfile.mkdtemp(prefix="rmqgate-spark-input-"))
+            copy = stage / f"{hashlib.sha1(uri.encode()).hexdigest()[:10]}-{path.name}"
+            shutil.copyfile(path, copy)
+            path = copy
+        out.append((uri, str(path)))
+    return out
+
+
 def _local_meta(paths: Sequence[str]) -> list[tuple[str, str, int]] | None:
     """(uri, mtime, size) of plain local files without a Spark job; None if any is not one."""
     out = []
@@ -218,7 +288,7 @@ def _local_meta(paths: Sequence[str]) -> list[tuple[str, str, int]] | None:
 
 def load_frames(spark: Any, inputs: Sequence[str], cache_dir: str | None, opts: JobOptions) -> Any:
     """The frames DataFrame for ``inputs``: Parquet inputs as they are, the others converted once."""
-    parquet = [p for p in inputs if _is_parquet(p)]
+    parquet = [qualify(spark, p) for p in inputs if _is_parquet(p)]
     raw_inputs = [p for p in inputs if not _is_parquet(p)]
     frames = [spark.read.parquet(*parquet)] if parquet else []
     if raw_inputs:
@@ -234,22 +304,23 @@ def load_frames(spark: Any, inputs: Sequence[str], cache_dir: str | None, opts: 
         meta.sort()
         if not meta:
             raise JobError(f"no input files found at {', '.join(raw_inputs)}")
+        driver_files = _local_meta(raw_inputs) is not None
         key = hashlib.sha1(repr(meta).encode()).hexdigest()[:16]
-        default = os.path.join(tempfile.gettempdir(), "rmqgate-spark-frames")
-        if not spark.sparkContext.master.startswith("local"):
-            default = "rmqgate-spark-frames"  # on the cluster's default file system, where executors write
-        cache = (cache_dir or default).rstrip("/")
-        out = f"{cache}/frames-{key}.parquet"
+        cache = qualify(spark, cache_dir) if cache_dir else scratch_dir(spark, "rmqgate-spark-frames")
+        out = f"{cache.rstrip('/')}/frames-{key}.parquet"
         if _hadoop_exists(spark, f"{out}/_SUCCESS"):
             _say(opts, f"frames: reusing {out}")
         else:
             t = time.perf_counter()
             paths = [m[0] for m in meta]
-            rdd = (
-                spark.sparkContext.binaryFiles(",".join(paths), minPartitions=len(paths))
-                .flatMap(lambda kv: rows_from_bytes(kv[0], kv[1]))
-                .map(lambda row: tuple(row[name] for name, _ in FRAME_COLUMNS))
-            )
+            sc = spark.sparkContext
+            if driver_files and not is_local_master(sc.master):
+                rdd = _ship_inputs(sc, paths)
+            else:  # executors read the inputs where they are
+                rdd = sc.binaryFiles(",".join(paths), minPartitions=len(paths)).flatMap(
+                    lambda kv: rows_from_bytes(kv[0], kv[1])
+                )
+            rdd = rdd.map(lambda row: tuple(row[name] for name, _ in FRAME_COLUMNS))
             spark.createDataFrame(rdd, FRAME_DDL).write.mode("overwrite").parquet(out)
             _say(opts, f"frames: {len(paths)} input(s) decoded to {out} in {time.perf_counter() - t:.1f} s")
         frames.append(spark.read.parquet(out))
@@ -257,6 +328,25 @@ def load_frames(spark: Any, inputs: Sequence[str], cache_dir: str | None, opts: 
     for more in frames[1:]:
         df = df.unionByName(more)
     return df
+
+
+def _ship_inputs(sc: Any, uris: Sequence[str]) -> Any:
+    """Frame rows of inputs only the driver can read: pcaps go to executors with addFile and are
+    decoded there; .rmqcap files (zstd, which executors need not have) are decoded here."""
+    shipped, here = [], []
+    for uri, link in _stage_for_add_file(uris):
+        with open(link, "rb") as fh:
+            (shipped if is_pcap(fh.read(4)) else here).append((uri, link))
+    rdds = []
+    if shipped:
+        for _uri, link in shipped:
+            sc.addFile(link)
+        names = [(uri, os.path.basename(link)) for uri, link in shipped]
+        rdds.append(sc.parallelize(names, len(names)).flatMap(lambda kv: rows_from_shipped(kv[0], kv[1])))
+    for uri, link in here:
+        rows = list(rows_from_frames(uri, read_input(link)))
+        rdds.append(sc.parallelize(rows, max(1, min(sc.defaultParallelism, len(rows) // 5000 + 1))))
+    return rdds[0] if len(rdds) == 1 else sc.union(rdds)
 
 
 # --- stage 2: plan --------------------------------------------------------------------------------
@@ -318,6 +408,7 @@ def run_job(spark: Any, opts: JobOptions) -> dict[str, Any]:
     t_all = time.perf_counter()
     masters = opts.masters if opts.masters is not None else probe_target(opts.target)
     sc = spark.sparkContext
+    shipped = ship_code(spark, opts)
 
     t = time.perf_counter()
     frames = load_frames(spark, opts.inputs, opts.frames_cache, opts)
@@ -390,15 +481,15 @@ def run_job(spark: Any, opts: JobOptions) -> dict[str, Any]:
         request_timeout=opts.timeout,
         unanswered_timeout=opts.grace,
     )
-    local = sc.master.startswith("local")
+    local = is_local_master(sc.master)
     scratch = None
     if opts.outcomes:
-        outcomes_path = opts.outcomes
+        outcomes_path = qualify(spark, opts.outcomes)
     elif local:
         scratch = tempfile.mkdtemp(prefix="rmqgate-spark-outcomes-")
         outcomes_path = os.path.join(scratch, "outcomes.parquet")
-    else:  # executors write it: a path on the cluster's default file system
-        outcomes_path = f"rmqgate-spark-outcomes/{uuid.uuid4().hex}.parquet"
+    else:  # executors write it: on the cluster's default file system, kept for the user
+        outcomes_path = f"{scratch_dir(spark, 'rmqgate-spark-outcomes')}/{uuid.uuid4().hex}.parquet"
     start_at = time.time() + opts.start_delay
     target = opts.target
     replay = plans.mapPartitionsWithIndex(lambda i, it: run_task(it, masters, target, start_at, ropts, i))
@@ -429,6 +520,7 @@ def run_job(spark: Any, opts: JobOptions) -> dict[str, Any]:
         "aggregate_s": round(aggregate_s, 3),
         "job_s": round(time.perf_counter() - t_all, 3),
         "outcomes": None if scratch else outcomes_path,
+        "shipped": shipped,
     }
     if scratch:
         shutil.rmtree(scratch, ignore_errors=True)

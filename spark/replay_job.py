@@ -8,8 +8,10 @@ spark-submit starts the driver JVM before this file runs, so its log set-up is s
 ``--driver-java-options`` above makes it as quiet as ``rmqgate spark-replay`` (which sets it itself);
 without it Spark prints its start-up INFO lines, then the job switches to errors only.
 
-On a cluster, executors need rmqgate importable (install the wheel on the nodes or pass it with
---py-files). ``--master`` given to spark-submit wins unless the job's own --master is given.
+The driver imports rmqgate (PYSPARK_DRIVER_PYTHON, or ``--py-files`` with the zip that
+``python -m rmqgate.spark.ship`` builds in cluster deploy mode); executors get their code from the job
+itself (spark/ship.py), so their Python needs nothing but the driver's minor version. ``--master``
+given to spark-submit wins unless the job's own --master is given.
 """
 
 from __future__ import annotations

@@ -190,6 +190,7 @@ def aggregate(outcomes: Any) -> dict[str, Any]:
             F.max(end_s).alias("b"),
             F.countDistinct("conn", "clone").alias("c"),
             F.max("task_cpu_s").alias("cpu"),
+            F.first("executor").alias("executor"),
         )
         .orderBy("task")
         .collect()
@@ -198,6 +199,7 @@ def aggregate(outcomes: Any) -> dict[str, Any]:
         tasks.append(
             {
                 "task": int(r["task"]),
+                "executor": r["executor"],
                 "requests": int(r["n"]),
                 "connections": int(r["c"]),
                 "start_s": round(r["a"] - first_s, 3),
