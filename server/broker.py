@@ -15,7 +15,7 @@ import os
 import zlib
 from collections.abc import Iterable
 
-from rmqgate.server import acl, locks, schedule, sendback, transaction
+from rmqgate.server import acl, acl_admin, locks, schedule, sendback, transaction
 from rmqgate.server.admin import AdminBrokerProcessor
 from rmqgate.server.client import RemotingClient
 from rmqgate.server.config import BrokerConfig, parse_properties_text
@@ -90,6 +90,7 @@ class BrokerController:
         self.acl: acl.PlainAccessValidator | None = None
         if config.aclEnable:
             self.acl = acl.PlainAccessValidator(acl_file or acl.default_acl_file())
+            processors.append(acl_admin.AclAdminProcessor(self, self.acl))
             processors = acl.guard(processors, self.acl)
         self.server = RemotingServer(
             listen_host,

@@ -6,6 +6,7 @@ never crashing it nor getting through."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import threading
 import time
@@ -13,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -265,3 +267,45 @@ def test_fuzzed_signed_requests_never_get_through(acl_broker, code, mangle, extr
     assert got.code == ResponseCode.SYSTEM_ERROR
     assert (got.remark or "").startswith(EXC)
     assert "adminSecret1" not in (got.remark or "")
+
+
+def test_acl_admin_codes_persist_to_the_file(acl_broker):
+    path = acl_broker.root / "plain_acl.yml"
+
+    def admin(code: int, ext: dict[str, str]) -> RemotingCommand:
+        return acl_broker.invoke(_signed(code, ext, "adminKey01", "adminSecret1"))
+
+    before = admin(R.GET_BROKER_CLUSTER_ACL_INFO, {})
+    assert before.code == ResponseCode.SUCCESS
+    counter = json.loads(before.ext_fields["version"])["counter"]
+    new = {"accessKey": "newKey0001", "secretKey": "newSecret01", "admin": "false",
+           "defaultTopicPerm": "PUB", "topicPerms": "TopicZ=DENY"}  # fmt: skip
+    assert admin(R.UPDATE_AND_CREATE_ACL_CONFIG, new).code == ResponseCode.SUCCESS
+    saved = yaml.safe_load(path.read_text())
+    assert (
+        saved["accounts"][-1]["accessKey"] == "newKey0001"
+        and saved["dataVersion"][0]["counter"] == counter + 1
+    )
+    as_new = acl_broker.invoke(_signed(R.GET_BROKER_CONFIG, {}, "newKey0001", "newSecret01"))
+    assert as_new.code == ResponseCode.SUCCESS
+    after = admin(R.GET_BROKER_CLUSTER_ACL_INFO, {})
+    assert json.loads(after.ext_fields["version"])["counter"] == counter + 1
+    assert json.loads(after.ext_fields["allAclFileVersion"]) == {
+        str(path): json.loads(after.ext_fields["version"])
+    }
+    short = admin(R.UPDATE_AND_CREATE_ACL_CONFIG, {"accessKey": "short", "secretKey": "x"})
+    assert short.code == 209 and "length should longer than 6" in (short.remark or "")
+    white = admin(
+        R.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG, {"globalWhiteAddrs": "10.10.104.*", "aclFileFullPath": ""}
+    )
+    assert white.code == ResponseCode.SUCCESS
+    assert yaml.safe_load(path.read_text())["globalWhiteRemoteAddresses"] == ["10.10.104.*"]
+    assert admin(R.DELETE_ACL_CONFIG, {"accessKey": "newKey0001"}).code == ResponseCode.SUCCESS
+    gone = acl_broker.invoke(_signed(R.GET_BROKER_CONFIG, {}, "newKey0001", "newSecret01"))
+    assert "No acl config for newKey0001" in (gone.remark or "")
+    again = admin(R.DELETE_ACL_CONFIG, {"accessKey": "newKey0001"})
+    assert again.code == 210
+    assert again.remark == "The accesskey[newKey0001] corresponding to accessConfig has been deleted failed."
+    assert admin(54, {}).code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
+    # the admin codes sit behind the ACL check like every other
+    assert acl_broker.invoke(RemotingCommand.request(54)).code == ResponseCode.SYSTEM_ERROR
