@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from rmqgate.server.filter import CompiledExpression, FilterParseError, compile_expression, is_tag_type
 from rmqgate.server.topics import RETRY_GROUP_TOPIC_PREFIX
-from rmqgate.wire.message import PROPERTY_RETRY_TOPIC
+from rmqgate.wire.message import PROPERTY_RETRY_TOPIC, java_string_hash
 
 if TYPE_CHECKING:
     from rmqgate.server.consumer import SubscriptionData
@@ -50,6 +50,9 @@ class ConsumerFilterData:
     compiled: CompiledExpression
     born_time: int
     dead_time: int = 0
+    #: hash codes of the TAGS values the expression can be true for (None: any), checked against
+    #: the ConsumeQueue's tagsCode before a record is read
+    tags_codes: frozenset[int] | None = None
 
     @property
     def dead(self) -> bool:
@@ -82,7 +85,9 @@ def build(
             "parse error: expr=%s, topic=%s, group=%s, error=%s", expression, topic, group, exc.remark
         )
         return None
-    return ConsumerFilterData(topic, group, expression, expression_type, version, compiled, _now())
+    tags = compiled.implied_tags
+    codes = None if tags is None else frozenset(java_string_hash(t) for t in tags)
+    return ConsumerFilterData(topic, group, expression, expression_type, version, compiled, _now(), 0, codes)
 
 
 def _now() -> int:

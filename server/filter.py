@@ -17,7 +17,7 @@ import struct
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
-from rmqgate.wire.message import java_hashmap_order
+from rmqgate.wire.message import PROPERTY_TAGS, java_hashmap_order
 
 #: Expression types of ``ExpressionType``; an absent or empty type is TAG.
 TAG = "TAG"
@@ -76,7 +76,7 @@ def _nfe(text: str) -> _EvalError:
 
 def java_integer(text: str, lo: int = _INT_MIN, hi: int = _INT_MAX) -> int:
     """``Integer.valueOf`` / ``Long.valueOf`` (with ``lo``/``hi`` of long): ASCII digits, one sign."""
-    if not _JAVA_INT.match(text):
+    if not (text.isascii() and text.isdigit()) and not _JAVA_INT.match(text):
         raise _nfe(text)
     value = int(text)
     if value < lo or value > hi:
@@ -196,7 +196,7 @@ class Node:
     """An expression: its Java class (``ANY`` when it varies), an evaluator, its ``toString``, and
     what 4.9.8's parser checks on it (a constant's value, whether it is a BooleanExpression)."""
 
-    __slots__ = ("boolean", "const", "fn", "is_const", "is_property", "jclass", "text")
+    __slots__ = ("boolean", "const", "fn", "is_const", "is_property", "jclass", "tags", "text")
 
     def __init__(
         self,
@@ -211,6 +211,8 @@ class Node:
     ) -> None:
         self.jclass, self.fn, self.text, self.boolean = jclass, fn, text, boolean
         self.is_const, self.const, self.is_property = is_const, const, is_property
+        #: the TAGS values a message must have for this to be true (None: any), see ``implied_tags``
+        self.tags: frozenset[str] | None = None
 
 
 def _constant(jclass: str, value: Any, text: str, *, boolean: bool = False) -> Node:
@@ -266,6 +268,11 @@ def _class_of(value: Any) -> str:
 def _equal(left: Node, right: Node) -> Node:
     """``doCreateEqual``: null = null is true, null = x unknown, x = null false; equal objects are
     equal; else ``__compare`` decides."""
+    if left.is_property and right.is_const and right.const is not None:
+        node = Node(BOOL, _property_equals(left.text, right), f"({left.text} == {right.text})", boolean=True)
+        if left.text == PROPERTY_TAGS and right.jclass == STR:
+            node.tags = frozenset((right.const,))
+        return node
     lf, rf = left.fn, right.fn
     cmp = _compare_fn(left, right)
     lc, rc = left.jclass, right.jclass
@@ -287,11 +294,56 @@ def _equal(left: Node, right: Node) -> Node:
     return Node(BOOL, equal, f"({left.text} == {right.text})", boolean=True)
 
 
+def _property_equals(name: str, const: Node) -> Eval:
+    """``property = constant``, the common case, in one closure: a String property equals a
+    String by value; against a number it is read as that number's class (or the evaluation throws);
+    against a Boolean, "true" in any case is true."""
+    k = const.const
+    if const.jclass == STR:
+
+        def eq_string(p: Props) -> bool | None:
+            v = p.get(name)
+            return None if v is None else v == k
+
+        return eq_string
+    if const.jclass in (INT, LONG):
+        lo, hi = (_INT_MIN, _INT_MAX) if const.jclass == INT else (_LONG_MIN, _LONG_MAX)
+
+        def eq_integer(p: Props) -> bool | None:
+            v = p.get(name)
+            return None if v is None else java_integer(v, lo, hi) == k
+
+        return eq_integer
+    if const.jclass == DOUBLE:
+
+        def eq_double(p: Props) -> bool | None:
+            v = p.get(name)
+            return None if v is None else _double_compare(java_double(v), k) == 0
+
+        return eq_double
+
+    def eq_boolean(p: Props) -> bool | None:
+        v = p.get(name)
+        return None if v is None else (v.lower() == "true") == k
+
+    return eq_boolean
+
+
 def _ordering(left: Node, right: Node, symbol: str, test: Callable[[int], bool]) -> Node:
     """``ComparisonExpression.evaluate`` for >, >=, <, <=: two Strings are both read as doubles."""
     for operand in (left, right):  # checkLessThanOperand
         if (operand.is_const and operand.jclass not in _NUMERIC) or operand.boolean:
             raise _runtime(f"Value '{operand.text}' cannot be compared.")
+    text = f"({left.text} {symbol} {right.text})"
+    if left.is_property and right.is_const and right.jclass in (INT, LONG):
+        name, k = left.text, right.const
+        lo, hi = (_INT_MIN, _INT_MAX) if right.jclass == INT else (_LONG_MIN, _LONG_MAX)
+
+        def property_vs_integer(p: Props) -> bool | None:  # the common case, in one closure
+            v = p.get(name)
+            return None if v is None else test(_cmp(java_integer(v, lo, hi), k))
+
+        return Node(BOOL, property_vs_integer, text, boolean=True)
     lf, rf = left.fn, right.fn
     cmp = _compare_fn(left, right)
     both_strings = left.jclass == STR and right.jclass == STR
@@ -310,7 +362,7 @@ def _ordering(left: Node, right: Node, symbol: str, test: Callable[[int], bool])
                 raise _EvalError("It's illegal to compare string by '>=', '>', '<', '<='") from None
         return test(cmp(lv, rv))
 
-    return Node(BOOL, ordering, f"({left.text} {symbol} {right.text})", boolean=True)
+    return Node(BOOL, ordering, text, boolean=True)
 
 
 def _gt(a: Node, b: Node) -> Node:
@@ -353,7 +405,12 @@ def _and(left: Node, right: Node) -> Node:
             return None
         return True
 
-    return Node(BOOL, and_, f"({left.text} && {right.text})", boolean=True)
+    node = Node(BOOL, and_, f"({left.text} && {right.text})", boolean=True)
+    if left.tags is not None and right.tags is not None:
+        node.tags = left.tags & right.tags
+    else:
+        node.tags = left.tags if left.tags is not None else right.tags
+    return node
 
 
 def _or(left: Node, right: Node) -> Node:
@@ -370,7 +427,10 @@ def _or(left: Node, right: Node) -> Node:
             return None
         return False
 
-    return Node(BOOL, or_, f"({left.text} || {right.text})", boolean=True)
+    node = Node(BOOL, or_, f"({left.text} || {right.text})", boolean=True)
+    if left.tags is not None and right.tags is not None:
+        node.tags = left.tags | right.tags
+    return node
 
 
 def _as_boolean(node: Node) -> Node:
@@ -413,7 +473,10 @@ def _in(prop: Node, items: list[str], negated: bool) -> Node:
         return (v in members) != negated
 
     symbol = "NOT IN" if negated else "IN"
-    return Node(BOOL, in_, f"{prop.text} {symbol} ( {', '.join(_in_list_order(items))} )", boolean=True)
+    node = Node(BOOL, in_, f"{prop.text} {symbol} ( {', '.join(_in_list_order(items))} )", boolean=True)
+    if prop.text == PROPERTY_TAGS and not negated:
+        node.tags = members
+    return node
 
 
 def _in_list_order(items: list[str]) -> list[str]:
@@ -804,12 +867,16 @@ class CompiledExpression:
     """One compiled selector: ``evaluate`` gives Java's evaluation result (True/False/None; a Java
     exception is None), ``matches`` whether a message with these properties is delivered."""
 
-    __slots__ = ("_fn", "text", "to_string")
+    __slots__ = ("_fn", "implied_tags", "text", "to_string")
 
     def __init__(self, text: str, node: Node) -> None:
         self.text = text
         self.to_string = node.text
         self._fn = node.fn
+        #: TAGS values outside which the expression cannot be true ("TAGS = 'A' AND x > 1": {"A"}), or
+        #: None: a pull may then skip a message by its ConsumeQueue tagsCode without reading it (an
+        #: optimisation 4.9.8 does not make; what it delivers is the same)
+        self.implied_tags = node.tags
 
     def evaluate(self, properties: Props) -> bool | None:
         try:

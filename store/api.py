@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, Protocol
 from rmqgate.wire.header import parse_java_long
 
 if TYPE_CHECKING:
-    from rmqgate.wire.message import MessageExt
+    from rmqgate.wire.message import MessageExt, RecordProperties
 
 ASYNC_FLUSH = "ASYNC_FLUSH"
 SYNC_FLUSH = "SYNC_FLUSH"
@@ -248,8 +248,9 @@ ArrivalListener = Callable[[DispatchRequest], None]
 TagsFilter = Collection[int] | Callable[[int], bool] | None
 
 #: Property filter of ``get_messages``: a predicate on the properties of a stored message that passed
-#: the tag filter (decoded only for those); a message it refuses is skipped like a tag mismatch.
-PropertiesFilter = Callable[[dict[str, str]], bool] | None
+#: the tag filter, given as a ``RecordProperties`` view (``get(name)`` reads one property from the
+#: record's bytes); a message it refuses is skipped like a tag mismatch.
+PropertiesFilter = Callable[["RecordProperties"], bool] | None
 
 
 class MetaStore(Protocol):

@@ -23,7 +23,7 @@ import socket
 import struct
 import threading
 import time
-from collections.abc import Callable, Collection, Container, Sequence
+from collections.abc import Collection, Container, Sequence
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
@@ -72,7 +72,6 @@ from rmqgate.wire.message import (
     encode_message_into,
     encode_offset_msg_id,
     java_string_hash,
-    parse_properties,
     patch_record,
     record_properties,
     store_timestamp_pos,
@@ -115,14 +114,6 @@ def _dispatch_entry(msg: MessageExt, phys: int, size: int, tcode: int, store_ts:
         msg.sys_flag,
         msg.prepared_transaction_offset,
     )
-
-
-def _properties_match(properties_filter: Callable[[dict[str, str]], bool], rec: bytes | memoryview) -> bool:
-    """The property filter on a record's decoded properties; an unreadable record does not match."""
-    try:
-        return properties_filter(parse_properties(record_properties(rec)))
-    except MessageFormatError:
-        return False
 
 
 def _boot_id() -> str:
@@ -1317,10 +1308,15 @@ class DefaultMessageStore:
                     status = S.MESSAGE_WAS_REMOVING
                 next_file_start = commitlog.roll_next_file(phys)
                 continue
-            if properties_filter is not None and not _properties_match(properties_filter, rec):
-                if total == 0:
-                    status = S.NO_MATCHED_MESSAGE
-                continue
+            if properties_filter is not None:
+                try:  # an unreadable record matches no property filter
+                    matched = properties_filter(record_properties(rec))
+                except MessageFormatError:
+                    matched = False
+                if not matched:
+                    if total == 0:
+                        status = S.NO_MATCHED_MESSAGE
+                    continue
             buffers.append(rec)
             qoffs.append(offset + (i // CQ_UNIT_SIZE) - 1)
             total += size

@@ -515,24 +515,72 @@ def _property_bytes(buf: bytes | bytearray | mmap.mmap, pair: bytes, start: int,
                 return buf[value_at:value_end]
 
 
-def record_properties(buf: Buffer) -> str:
-    """The properties text of the stored record ``buf`` (one whole record, e.g. a ConsumeQueue unit's
-    CommitLog slice) without decoding anything else (``MessageDecoder.decodeProperties``); raises
+def record_properties(buf: Buffer) -> RecordProperties:
+    """The properties of the stored record ``buf`` (exactly one whole record, e.g. a ConsumeQueue
+    unit's CommitLog slice: the properties end it) as a lazy view, nothing else decoded; raises
     ``MessageFormatError`` if the record is malformed."""
     try:
-        _, magic, sys_flag, _, body_len = _INDEX_PICK[0](buf, 0)
+        _, magic, sys_flag, _, body_len = _PICK_V4(buf, 0)
         hf = sys_flag & _HOST_FLAGS
         if hf:
             _, magic, sys_flag, _, body_len = _INDEX_PICK[hf](buf, 0)
-        unpack_topic_len, topic_prefix = _TOPIC_UNPACK[magic]
-        at = _BODY_LENGTH_POS[hf] + 4 + body_len
-        (topic_len,) = unpack_topic_len(buf, at)
-        at += topic_prefix + topic_len
+        at = _BODY_END[hf] + body_len
+        if magic == MAGIC_V1:
+            at += 1 + buf[at]
+        else:
+            unpack_topic_len, topic_prefix = _TOPIC_UNPACK[magic]
+            at += topic_prefix + unpack_topic_len(buf, at)[0]
         (props_len,) = _unpack_props_len(buf, at)
-        at += 2
-        return str(buf[at : at + props_len], "utf-8")
-    except (struct.error, KeyError, UnicodeDecodeError) as exc:
+    except (struct.error, KeyError, IndexError) as exc:
         raise MessageFormatError(f"unreadable record properties: {exc}") from None
+    at += 2
+    if at + props_len != len(buf):
+        raise MessageFormatError(f"properties length {props_len} disagrees with the record size {len(buf)}")
+    return RecordProperties(bytes(buf[at:]))
+
+
+_PICK_V4 = _INDEX_PICK[0]
+_BODY_END = {hf: pos + 4 for hf, pos in _BODY_LENGTH_POS.items()}
+
+
+class RecordProperties:
+    """A stored message's properties read one at a time from their UTF-8 text: ``get(name)`` is
+    ``parse_properties(text).get(name)`` without splitting the others (a filter that reads one or two
+    properties of a message pays for those only). A value that is not UTF-8 reads as absent."""
+
+    __slots__ = ("raw",)
+
+    def __init__(self, raw: bytes) -> None:
+        self.raw = raw
+
+    def get(self, name: str, default: str | None = None) -> str | None:
+        pair = _PAIRS.get(name)
+        if pair is None:
+            pair = _PAIRS[name] = (name + NAME_VALUE_SEPARATOR).encode()
+        raw = self.raw
+        at = raw.rfind(pair)
+        if at < 0:
+            return default
+        if at == 0 or raw[at - 1] == _PROPERTY_SEPARATOR_CODE:  # the usual case, in one step
+            start = at + len(pair)
+            end = raw.find(_PROPERTY_SEPARATOR_BYTES, start)
+            value: bytes | None = raw[start:end] if end >= 0 else raw[start:]
+            if not value:  # an empty value is no value: an earlier pair may have one
+                value = _property_bytes(raw, pair, 0, at)
+        else:
+            value = _property_bytes(raw, pair, 0, at)
+        if value is None:
+            return default
+        try:
+            return str(value, "utf-8")
+        except UnicodeDecodeError:
+            return default
+
+    def to_dict(self) -> dict[str, str]:
+        return parse_properties(str(self.raw, "utf-8", "replace"))
+
+
+_PAIRS: dict[str, bytes] = {}
 
 
 def scan_index_records(buf: bytes | bytearray | mmap.mmap, pos: int, end: int, max_records: int) -> IndexScan:

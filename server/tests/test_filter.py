@@ -345,3 +345,30 @@ def test_arbitrary_text_never_crashes_the_compiler(text: str) -> None:
     except FilterParseError:
         return
     assert compiled.matches({}) in (True, False)
+
+
+@pytest.mark.parametrize(
+    ("expression", "tags"),
+    [
+        ("TAGS = 'A'", {"A"}),
+        ("TAGS IN ('A', 'B')", {"A", "B"}),
+        ("TAGS = 'A' AND a > 1", {"A"}),
+        ("a > 1 AND TAGS IN ('A', 'B') AND TAGS = 'B'", {"B"}),
+        ("TAGS = 'A' OR TAGS = 'B'", {"A", "B"}),
+        ("TAGS = 'A' OR a > 1", None),
+        ("NOT TAGS = 'A'", None),
+        ("TAGS NOT IN ('A')", None),
+        ("TAGS <> 'A'", None),
+        ("a = 'A'", None),
+    ],
+)
+def test_implied_tags_only_where_the_expression_needs_them(expression: str, tags: set[str] | None) -> None:
+    """A message whose TAGS is outside ``implied_tags`` can never match, so a pull may skip it by
+    its tagsCode; checked here against evaluation for a few TAGS values."""
+    compiled = compile_sql92(expression)
+    assert compiled.implied_tags == (None if tags is None else frozenset(tags))
+    if tags is not None:
+        for tag in ("A", "B", "C", None):
+            props = {"a": "2"} if tag is None else {"a": "2", "TAGS": tag}
+            if compiled.matches(props):
+                assert tag in tags

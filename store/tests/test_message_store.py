@@ -104,6 +104,26 @@ def test_tags_filter_and_limits(store: DefaultMessageStore) -> None:
     assert store.get_messages("T", 0, 0, 1000).message_count == 32
 
 
+def test_properties_filter_sees_each_tag_matched_records_properties(store: DefaultMessageStore) -> None:
+    for i in range(12):
+        store.put_message(msg(body=bytes(50), TAGS="A" if i % 2 == 0 else "B", a=str(i)))
+    seen: list[dict[str, str | None]] = []
+
+    def only_multiples_of_four(p) -> bool:
+        seen.append({"TAGS": p.get("TAGS"), "a": p.get("a"), "absent": p.get("absent")})
+        return int(p.get("a")) % 4 == 0
+
+    got = store.get_messages(
+        "T", 0, 0, 32, tags_filter={java_string_hash("A")}, properties_filter=only_multiples_of_four
+    )
+    assert [decode_message(b).properties["a"] for b in got.buffers] == ["0", "4", "8"]
+    assert got.queue_offsets == [0, 4, 8] and got.next_begin_offset == 12
+    assert [s["a"] for s in seen] == ["0", "2", "4", "6", "8", "10"]  # the tag mismatches are not read
+    assert all(s["TAGS"] == "A" and s["absent"] is None for s in seen)
+    refused = store.get_messages("T", 0, 0, 32, properties_filter=lambda p: False)
+    assert refused.status is G.NO_MATCHED_MESSAGE and refused.next_begin_offset == 12
+
+
 def test_segments_roll_with_blank_records_and_cq_files(tmp_path: Path) -> None:
     store = DefaultMessageStore.open(cfg(tmp_path))
     try:
