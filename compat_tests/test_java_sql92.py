@@ -6,9 +6,15 @@ the same messages on both."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from pathlib import Path
+
 import pytest
 
+from rmqgate.compat_tests import java
+from rmqgate.compat_tests.conftest import _STARTED, Cluster, start_java_cluster
 from rmqgate.compat_tests.java import CLIENT_VERSIONS, SERIALIZATIONS, BrokerPair
+from rmqgate.compat_tests.servers import BROKER_CONF, ServerProcess, discover_broker
 
 pytestmark = [pytest.mark.slow, pytest.mark.java]
 
@@ -39,4 +45,46 @@ def test_sql92_push_pull_and_lite_pull_get_exactly_their_messages(
         broker: {k: v for k, v in result["data"].items() if k not in skip}
         for broker, result in results.items()
     }
+    assert got["rmqgate"] == got["java"]
+
+
+OFF = ("enablePropertyFilter = true", "enablePropertyFilter = false")
+
+
+@pytest.fixture(scope="module")
+def filter_off_pair(
+    java_classes: dict[int, Path], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[BrokerPair]:
+    """A fresh rmqgate and a fresh Java pair, both with enablePropertyFilter=false (the default)."""
+    workdir = tmp_path_factory.mktemp("sql92-off-pair")
+    (workdir / "rmqgate").mkdir()
+    assert OFF[0] in BROKER_CONF and "enablePropertyFilter=true" in java.JAVA_BROKER_CONF
+    server = ServerProcess(workdir / "rmqgate", conf=BROKER_CONF.replace(*OFF))
+    _STARTED.append(server)
+    try:
+        server.wait_ready()
+        addr, name, cluster_name = discover_broker(server.namesrv)
+        gate = Cluster(server.namesrv, addr, name, cluster_name, True, server.log_path, server.store)
+        java_conf = java.JAVA_BROKER_CONF.replace("enablePropertyFilter=true", "enablePropertyFilter=false")
+        java_cluster, java_servers = start_java_cluster(workdir / "java", extra_conf=java_conf)
+        try:
+            yield BrokerPair({"rmqgate": gate, "java": java_cluster}, java_classes, workdir / "client-logs")
+        finally:
+            for jserver in reversed(java_servers):
+                jserver.stop()
+    finally:
+        server.stop()
+
+
+@pytest.mark.parametrize("version", CLIENT_VERSIONS, ids=lambda v: f"client{v}")
+def test_sql92_refused_with_property_filter_off(filter_off_pair: BrokerPair, uniq, version):
+    """With enablePropertyFilter=false 4.9.8 answers CHECK_CLIENT_CONFIG (a push consumer's start)
+    and a SQL92 pull SYSTEM_ERROR "The broker does not support consumer to filter message by SQL92";
+    its heartbeat still registers the subscription."""
+    topic = uniq()
+    filter_off_pair.create_topic(topic, 4)
+    names = {k: uniq(k) for k in ("group", "group2", "producerGroup")}
+    results = filter_off_pair.run("SqlFilterOff", version, "JSON", {"topic": topic, **names})
+    filter_off_pair.assert_same(results)
+    got = {broker: result["data"] for broker, result in results.items()}
     assert got["rmqgate"] == got["java"]
