@@ -11,6 +11,7 @@ and ``pretty=True`` gives the tab-indented PrettyFormat of the broker's config f
 
 from __future__ import annotations
 
+import array
 import json
 import re
 from collections.abc import Mapping
@@ -322,6 +323,8 @@ class _Writer:
             if self.pretty:
                 out.append("\n" + "\t" * depth)
             out.append("}")
+        elif isinstance(value, array.array):  # a Java primitive array: one line even in PrettyFormat
+            out.append("[" + ",".join(self.scalar(v) for v in value) + "]")
         elif isinstance(value, list | tuple | set | frozenset):
             if not value:
                 out.append("[]")
