@@ -6,8 +6,10 @@ the same messages on both."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,6 +17,8 @@ from rmqgate.compat_tests import java
 from rmqgate.compat_tests.conftest import _STARTED, Cluster, start_java_cluster
 from rmqgate.compat_tests.java import CLIENT_VERSIONS, SERIALIZATIONS, BrokerPair
 from rmqgate.compat_tests.servers import BROKER_CONF, ServerProcess, discover_broker
+from rmqgate.compat_tests.wire_client import WireClient, dumps, heartbeat_body, loads
+from rmqgate.wire.codes import RequestCode, ResponseCode
 
 pytestmark = [pytest.mark.slow, pytest.mark.java]
 
@@ -88,3 +92,57 @@ def test_sql92_refused_with_property_filter_off(filter_off_pair: BrokerPair, uni
     filter_off_pair.assert_same(results)
     got = {broker: result["data"] for broker, result in results.items()}
     assert got["rmqgate"] == got["java"]
+
+
+def _sql92_heartbeat(client_id: str, group: str, topic: str, expression: str, sub_version: int) -> bytes:
+    body = loads(heartbeat_body(client_id, consumers=[{"group": group, "topics": {topic: "*"}}]))
+    sub = body["consumerDataSet"][0]["subscriptionDataSet"][0]
+    sub.update(expressionType="SQL92", subString=expression, subVersion=sub_version, codeSet=[], tagsSet=[])
+    return dumps(body)
+
+
+def test_sql92_group_in_admin_views_and_a_heartbeat_that_does_not_compile(broker_pair: BrokerPair, uniq):
+    """A heartbeat's SQL92 subscription as GET_CONSUMER_CONNECTION_LIST (mqadmin consumerConnection)
+    and QUERY_CONSUME_QUEUE (mqadmin queryCq: the subscription and the filter data, fastjson's
+    pretty-printed ConsumerFilterData with its bloom-filter positions) show it, the same on both
+    brokers but for the filter data's bornTime; a group whose heartbeat expression does not compile has no filter data, and its pulls
+    are answered FILTER_DATA_NOT_EXIST."""
+    topic, group, bad_group = uniq(), uniq("sqlg"), uniq("sqlbad")
+    broker_pair.create_topic(topic, 4)
+    seen: dict[str, Any] = {}
+    for name, cluster in broker_pair.clusters.items():
+        with WireClient(cluster.broker) as c:
+            sent = c.send_message(topic, b"m", queue_id=0, tags="A", properties={"a": "7"})
+            assert sent.code == ResponseCode.SUCCESS, (name, sent.remark)
+            for g, expression in ((group, "a > 5 AND TAGS IN ('A', 'B')"), (bad_group, "a = NULL")):
+                resp = c.invoke(
+                    RequestCode.HEART_BEAT, body=_sql92_heartbeat(uniq("cid"), g, topic, expression, 42)
+                )
+                assert resp.code == ResponseCode.SUCCESS, (name, resp.remark)
+            conn = c.invoke(RequestCode.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": group})
+            assert conn.code == ResponseCode.SUCCESS, (name, conn.remark)
+            cq = c.invoke(
+                RequestCode.QUERY_CONSUME_QUEUE,
+                {"topic": topic, "queueId": 0, "index": 0, "count": 1, "consumerGroup": group},
+            )
+            pull = c.invoke(
+                RequestCode.PULL_MESSAGE,
+                {
+                    "consumerGroup": bad_group, "topic": topic, "queueId": 0, "queueOffset": 0,
+                    "maxMsgNums": 32, "sysFlag": 0, "commitOffset": 0, "suspendTimeoutMillis": 0,
+                    "subVersion": 42, "expressionType": "SQL92", "subscription": "a = NULL",
+                },
+            )  # fmt: skip
+            cq_body = loads(cq.body) if cq.body else {}
+            for unit in cq_body.get("queueData", []):
+                unit.pop("physicSize")  # the stored record's size differs (its CLUSTER property)
+            filter_data = cq_body.pop("filterData", None)
+            seen[name] = {
+                "subscriptions": loads(conn.body)["subscriptionTable"],
+                "queryCq": (cq.code, cq_body),
+                "filterData": re.sub(r'"bornTime":\d+', '"bornTime":T', filter_data or ""),
+                "pull": (pull.code, pull.remark),
+            }
+    assert seen["rmqgate"] == seen["java"]
+    assert seen["java"]["pull"][0] == ResponseCode.FILTER_DATA_NOT_EXIST
+    assert "\"expression\":\"a > 5 AND TAGS IN ('A', 'B')\"" in seen["java"]["filterData"]

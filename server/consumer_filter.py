@@ -10,8 +10,10 @@ still finds it). rmqgate does not persist it (Java's consumerFilter.json) nor ke
 
 from __future__ import annotations
 
+import array
 import functools
 import logging
+import math
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -61,6 +63,7 @@ class ConsumerFilterData:
     def to_json(self) -> dict[str, Any]:
         """fastjson's ConsumerFilterData (what GET_CONSUMER_RUNNING_INFO's relay shows); no bloom bits."""
         return {
+            "bloomFilterData": bloom_filter_data(f"{self.consumer_group}#{self.topic}"),
             "bornTime": self.born_time,
             "clientVersion": self.client_version,
             "consumerGroup": self.consumer_group,
@@ -70,6 +73,75 @@ class ConsumerFilterData:
             "expressionType": self.expression_type,
             "topic": self.topic,
         }
+
+
+_M64 = (1 << 64) - 1
+
+
+def _rotl64(x: int, r: int) -> int:
+    return ((x << r) | (x >> (64 - r))) & _M64
+
+
+def _fmix64(k: int) -> int:
+    k ^= k >> 33
+    k = (k * 0xFF51AFD7ED558CCD) & _M64
+    k ^= k >> 33
+    k = (k * 0xC4CEB9FE1A85EC53) & _M64
+    return k ^ (k >> 33)
+
+
+def murmur3_128_first_long(data: bytes) -> int:
+    """The first (little-endian) long of MurmurHash3 x64 128-bit, seed 0, as Guava's
+    ``Hashing.murmur3_128().hashString(s, UTF_8).asLong()`` gives it (unsigned)."""
+    c1, c2 = 0x87C37B91114253D5, 0x4CF5AD432745937F
+    h1 = h2 = 0
+    n = len(data)
+    blocks = n - n % 16
+    for at in range(0, blocks, 16):
+        k1 = int.from_bytes(data[at : at + 8], "little")
+        k2 = int.from_bytes(data[at + 8 : at + 16], "little")
+        h1 ^= (_rotl64((k1 * c1) & _M64, 31) * c2) & _M64
+        h1 = (_rotl64(h1, 27) + h2) & _M64
+        h1 = (h1 * 5 + 0x52DCE729) & _M64
+        h2 ^= (_rotl64((k2 * c2) & _M64, 33) * c1) & _M64
+        h2 = (_rotl64(h2, 31) + h1) & _M64
+        h2 = (h2 * 5 + 0x38495AB5) & _M64
+    tail = data[blocks:]
+    if tail:
+        k1 = int.from_bytes(tail[:8], "little")
+        k2 = int.from_bytes(tail[8:], "little")
+        h2 ^= (_rotl64((k2 * c2) & _M64, 33) * c1) & _M64
+        h1 ^= (_rotl64((k1 * c1) & _M64, 31) * c2) & _M64
+    h1 ^= n
+    h2 ^= n
+    h1 = (h1 + h2) & _M64
+    h2 = (h2 + h1) & _M64
+    h1, h2 = _fmix64(h1), _fmix64(h2)
+    return (h1 + h2) & _M64
+
+
+def _int32(x: int) -> int:
+    x &= 0xFFFFFFFF
+    return x - (1 << 32) if x >= 1 << 31 else x
+
+
+def bloom_filter_data(key: str, error_rate_percent: int = 20, expected: int = 32) -> dict[str, Any]:
+    """``BloomFilter.createByFn(maxErrorRateOfBloomFilter, expectConsumerNumUseFilter).generate(key)``
+    as fastjson writes the BloomFilterData a ConsumerFilterData carries (rmqgate keeps no bit maps;
+    this is what queryCq shows)."""
+    rate = error_rate_percent / 100.0
+    k = math.ceil(math.log(rate) / math.log(0.5))
+    m = math.ceil(expected * (math.log(1 / rate) / math.log(2)) * (math.log(math.e) / math.log(2)))
+    m = int(8 * math.ceil(m / 8.0))
+    hash64 = murmur3_128_first_long(key.encode("utf-8"))
+    hash1, hash2 = _int32(hash64), _int32(hash64 >> 32)
+    positions = []
+    for i in range(1, k + 1):
+        combined = _int32(hash1 + i * hash2)
+        if combined < 0:
+            combined = ~combined
+        positions.append(combined % m)
+    return {"bitNum": m, "bitPos": array.array("i", positions)}  # an int[]: one line in PrettyFormat
 
 
 def build(

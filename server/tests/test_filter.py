@@ -11,7 +11,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rmqgate.server.consumer_filter import ConsumerFilterManager, build, compile_cached, message_filter
+from rmqgate.server.consumer_filter import (
+    ConsumerFilterManager,
+    bloom_filter_data,
+    build,
+    compile_cached,
+    message_filter,
+)
 from rmqgate.server.filter import FilterParseError, _EvalError, compile_expression, compile_sql92
 
 # (expression, properties, Java's result, Java's toString of the compiled expression)
@@ -372,3 +378,19 @@ def test_implied_tags_only_where_the_expression_needs_them(expression: str, tags
             props = {"a": "2"} if tag is None else {"a": "2", "TAGS": tag}
             if compiled.matches(props):
                 assert tag in tags
+
+
+@pytest.mark.parametrize(
+    ("key", "positions"),
+    [
+        ("g#t", [22, 87, 58]),
+        ("", [0, 0, 0]),
+        ("abcdefghijklmnop", [105, 86, 76]),
+        ("abcdefghijklmnopq", [105, 53, 43]),
+        ("é#ü", [25, 14, 108]),
+    ],
+)
+def test_bloom_filter_positions_as_4_9_8(key: str, positions: list[int]) -> None:
+    """BloomFilter.createByFn(20, 32).calcBitPositions(key), as the 4.9.8 filter jar printed them."""
+    data = bloom_filter_data(key)
+    assert data["bitNum"] == 112 and list(data["bitPos"]) == positions
