@@ -185,7 +185,7 @@ class AclAdminProcessor(RequestProcessor):
 
     def update_global_white(self, request: RemotingCommand, ext: dict[str, str]) -> RemotingCommand:
         addrs = _required(ext, "globalWhiteAddrs")
-        path = _required(ext, "aclFileFullPath")
+        path = ext.get("aclFileFullPath")  # mqadmin leaves it out without -p: the default file
         ok = False
         try:
             named = not path or (self.path is not None and os.path.abspath(path) == self.path)
