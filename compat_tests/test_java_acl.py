@@ -4,6 +4,7 @@ alike, each refusal with the same response code and remark."""
 
 from __future__ import annotations
 
+import re
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +21,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.java]
 GROUP = "AclGroup"
 #: one topic per client x headers run (the brokers live for the module)
 TOPICS = {(v, s): f"AclTopic_{v}_{s}" for v in CLIENT_VERSIONS for s in SERIALIZATIONS}
+CPP_TOPIC = "AclTopic_cpp"
 KEYS = {
     "adminAk": "aclAdmin01", "adminSk": "adminSecret01",
     "userAk": "aclUser001", "userSk": "userSecret01",
@@ -30,7 +32,7 @@ KEYS = {
 
 
 def _perms(perm: str) -> str:
-    return "\n".join(f"      - {t}={perm}" for t in TOPICS.values())
+    return "\n".join(f"      - {t}={perm}" for t in (*TOPICS.values(), CPP_TOPIC))
 
 
 PLAIN_ACL = f"""\
@@ -116,3 +118,70 @@ def test_signed_clients_let_through_or_refused_as_java(acl_pair, version, serial
     assert isinstance(gate, dict) and isinstance(java_side, dict)
     # every refusal with Java's code and remark (the remark names the AclException and where it is thrown)
     assert gate["data"] == java_side["data"], java.detail(results)
+
+
+def _normalized(text: str, cluster: Cluster) -> str:
+    """mqadmin's output without what differs by name: addresses, names, the ACL file's path, times,
+    column padding."""
+    out = text.replace(cluster.broker, "BROKER").replace(cluster.broker_name, "NAME")
+    out = out.replace(cluster.cluster_name, "CLUSTER")
+    out = re.sub(r"\S*plain_acl\.yml", "ACLFILE", out)
+    out = re.sub(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", "TIME", out)
+    out = re.sub(r"@[0-9a-f]+\b", "@HASH", out)  # an object's identity hash, as mqadmin prints it
+    return re.sub(r"\d{13}", "TIMESTAMP", re.sub(r"[ \t]+", " ", out))
+
+
+def test_mqadmin_acl_commands_as_java(acl_pair, tmp_path):
+    """updateAclConfig, clusterAclConfigVersion, updateGlobalWhiteAddr and deleteAccessConfig through
+    the stock mqadmin, signing as the admin account (conf/tools.yml): same output on both brokers."""
+    tools_home = tmp_path / "tools-home"  # mqadmin signs with rocketmq.home.dir/conf/tools.yml
+    shutil.copytree(java.rocketmq_home() / "conf", tools_home / "conf")
+    (tools_home / "conf" / "tools.yml").write_text(
+        f"accessKey: {KEYS['adminAk']}\nsecretKey: {KEYS['adminSk']}\n"
+    )
+    opts = f"{java.QUICK_JVM} -Drocketmq.home.dir={tools_home}"
+    seen: dict[str, list[str]] = {}
+    for broker, cluster in acl_pair.clusters.items():
+        out = []
+        for args in (
+            [
+                "updateAclConfig",
+                "-b",
+                cluster.broker,
+                "-a",
+                "aclAdded01",
+                "-s",
+                "addedSecret1",
+                "-t",
+                "AclT=PUB",
+            ],
+            ["updateAclConfig", "-b", cluster.broker, "-a", "short", "-s", "x"],
+            ["clusterAclConfigVersion", "-c", cluster.cluster_name, "-n", cluster.namesrv],
+            ["updateGlobalWhiteAddr", "-b", cluster.broker, "-g", "10.10.104.*"],
+            ["deleteAccessConfig", "-b", cluster.broker, "-a", "aclAdded01"],
+            ["deleteAccessConfig", "-b", cluster.broker, "-a", "aclAdded01"],
+        ):
+            done = java.mqadmin(tmp_path / f"logs-{broker}", *args, java_opts=opts)
+            out.append(f"$ {args[0]} rc={done.returncode}\n" + _normalized(done.stdout, cluster))
+        seen[broker] = out
+    for gate, java_out in zip(seen["rmqgate"], seen["java"], strict=True):
+        assert gate == java_out, f"rmqgate:\n{gate}\njava:\n{java_out}"
+
+
+@pytest.mark.parametrize("secret", ["right", "wrong"])
+def test_cpp_client_signs_as_java_checks(acl_pair, tmp_path, secret):
+    """The C++ client core (rocketmq-python-cvs) with session credentials: sends with the right
+    secret, refused with a wrong one, on both brokers."""
+    from rmqgate.compat_tests.drivers import run_cpp
+
+    sk = KEYS["userSk"] if secret == "right" else "notTheSecret1"
+    outcome = {}
+    for broker, cluster in acl_pair.clusters.items():
+        home = tmp_path / broker
+        home.mkdir()
+        args = {"scenario": "produce", "namesrv": cluster.namesrv, "topic": CPP_TOPIC, "group": "acl_cpp_pg",
+                "count": 2, "access_key": KEYS["userAk"], "secret_key": sk}  # fmt: skip
+        res = run_cpp(args, home)
+        outcome[broker] = (len(res["results"]), len(res["errors"]), [r["status"] for r in res["results"]])
+    expected = (2, 0, [0, 0]) if secret == "right" else (0, 2, [])
+    assert outcome == {"rmqgate": expected, "java": expected}
