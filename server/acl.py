@@ -12,7 +12,7 @@ AclException's ``exceptionSimpleDesc`` as remark.
 from __future__ import annotations
 
 import asyncio
-import base64
+import binascii
 import contextlib
 import hashlib
 import hmac
@@ -265,6 +265,10 @@ class PlainAccount:
     default_topic_perm: int = DENY
     default_group_perm: int = DENY
     perms: dict[str, int] | None = None  # topic or %RETRY%group -> perm
+    secret: bytes = b""  # secret_key, encoded once for the HMAC
+
+    def __post_init__(self) -> None:
+        self.secret = self.secret_key.encode("utf-8", "replace")
 
 
 def build_account(conf: dict[str, Any]) -> PlainAccount:
@@ -300,18 +304,21 @@ def _jstr(value: Any) -> str:
     return "null" if value is None else str(value)
 
 
-def sign(content: bytes, secret_key: str) -> str:
+def sign(content: bytes, secret_key: str | bytes) -> str:
     """AclSigner.calSignature: base64(HmacSHA1(content, secretKey))."""
-    return base64.b64encode(hmac.new(secret_key.encode(), content, hashlib.sha1).digest()).decode()
+    key = secret_key.encode() if isinstance(secret_key, str) else secret_key
+    return binascii.b2a_base64(hmac.digest(key, content, "sha1"), newline=False).decode()
 
 
 def request_content(ext: dict[str, str], body: Any, *, server: bool = True) -> bytes:
     """AclUtils.combineRequestContent: the sorted extFields' values but Signature (and, as the
     validator reads them, the unique-key query flag), then the body."""
-    skip = (SIGNATURE, UNIQUE_KEY_QUERY) if server else (SIGNATURE,)
-    text = "".join(ext[k] for k in sorted(ext) if k not in skip)
+    if server:
+        text = "".join([v for k, v in sorted(ext.items()) if k != SIGNATURE and k != UNIQUE_KEY_QUERY])
+    else:
+        text = "".join([v for k, v in sorted(ext.items()) if k != SIGNATURE])
     head = text.encode("utf-8", "replace")
-    return head + bytes(body) if body else head
+    return head + body if body else head
 
 
 def sign_request(ext: dict[str, str], body: Any, access_key: str, secret_key: str) -> None:
@@ -529,7 +536,7 @@ class PlainAccessValidator:
             raise AclError(f"No acl config for {access_key}", _AT_VALIDATE_UNKNOWN)
         if owned.white(remote_ip):
             return None
-        expected = sign(request_content(ext, request.body), owned.secret_key)
+        expected = sign(request_content(ext, request.body), owned.secret)
         given = ext.get(SIGNATURE)
         if given is None or not hmac.compare_digest(expected.encode(), given.encode("utf-8", "replace")):
             raise AclError(f"Check signature failed for accessKey={access_key}", _AT_VALIDATE_SIGNATURE)

@@ -1,0 +1,130 @@
+"""Plain ACL's cost: sync 1 KiB SEND_MESSAGE_V2 over N connections to a broker with aclEnable=false
+(unsigned sends) and to one with aclEnable=true (sends signed as AclClientRPCHook signs them, each
+signature checked), alternated round by round on the same machine; prints both sends/s and the ratio.
+
+Run: ``.venv/bin/python bench/acl.py [--connections 16] [--seconds 8] [--size 1024] [--rounds 2]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from broker import Server, SyncConn, pct
+
+from rmqgate.server.acl import sign_request
+from rmqgate.wire import FrameDecoder, RemotingCommand, encode_frame
+from rmqgate.wire.codes import RequestCode
+from rmqgate.wire.message import format_properties
+
+ACCESS_KEY, SECRET_KEY = "benchKey01", "benchSecret01"
+PLAIN_ACL = f"""\
+accounts:
+  - accessKey: {ACCESS_KEY}
+    secretKey: {SECRET_KEY}
+    defaultTopicPerm: PUB
+    defaultGroupPerm: SUB
+"""
+
+
+def send_frame(topic: str, queue_id: int, size: int, signed: bool) -> bytes:
+    props = format_properties({"UNIQ_KEY": f"{random.getrandbits(128):032X}", "WAIT": "true", "TAGS": "TagA"})
+    ext = {
+        "a": "bench_producer", "b": topic, "c": "TBW102", "d": "4", "e": str(queue_id), "f": "0",
+        "g": str(int(time.time() * 1000)), "h": "0", "i": props, "j": "0", "k": "false", "m": "false", "n": "b",
+    }  # fmt: skip
+    body = os.urandom(size // 2).hex().encode()
+    if signed:
+        sign_request(ext, body, ACCESS_KEY, SECRET_KEY)
+    return encode_frame(RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, ext, body, opaque=1))
+
+
+async def send_phase(
+    port: int, connections: int, seconds: float, size: int, signed: bool
+) -> tuple[int, list[float]]:
+    loop = asyncio.get_running_loop()
+    conns = [(await loop.create_connection(SyncConn, "127.0.0.1", port))[1] for _ in range(connections)]
+    frames = [send_frame("BenchAcl", i % 4, size, signed) for i in range(connections)]
+    for conn, frame in zip(conns, frames, strict=True):  # warm-up (auto-creates the topic)
+        reply = FrameDecoder().feed(await conn.call(frame))[0]
+        assert reply.code == 0, reply.remark
+    latencies: list[float] = []
+    deadline = time.perf_counter() + seconds
+    clock = time.perf_counter
+
+    async def worker(conn: SyncConn, frame: bytes) -> int:
+        n = 0
+        while clock() < deadline:
+            t0 = clock()
+            await conn.call(frame)
+            latencies.append(clock() - t0)
+            n += 1
+        return n
+
+    counts = await asyncio.gather(*(worker(c, f) for c, f in zip(conns, frames, strict=True)))
+    for conn in conns:
+        conn.transport.close()  # type: ignore[attr-defined]
+    return sum(counts), latencies
+
+
+def server(store: str, acl: bool) -> Server:
+    root = Path(store)
+    conf = root / "broker.conf"
+    conf.parent.mkdir(parents=True, exist_ok=True)
+    conf.write_text(f"brokerName=bench\nstorePathRootDir={store}\naclEnable={'true' if acl else 'false'}\n")
+    (root / "plain_acl.yml").write_text(PLAIN_ACL)
+    return Server(
+        [sys.executable, "-m", "rmqgate.tools.cli", "serve", "--role", "broker", "--conf", str(conf),
+         "--broker-port", "0", "--listen", "127.0.0.1", "--log-level", "WARNING",
+         "--acl", str(root / "plain_acl.yml")]
+    )  # fmt: skip
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--connections", type=int, default=16)
+    ap.add_argument("--seconds", type=float, default=8.0)
+    ap.add_argument("--size", type=int, default=1024)
+    ap.add_argument("--rounds", type=int, default=2)
+    args = ap.parse_args()
+    rates: dict[str, list[float]] = {"unsigned": [], "signed": []}
+    best: dict[str, tuple[float, list[float]]] = {}
+    for _ in range(args.rounds):
+        for name, acl in (("unsigned", False), ("signed", True)):
+            with tempfile.TemporaryDirectory(prefix="rmqgate-bench-acl-") as tmp:
+                srv = server(tmp, acl)
+                try:
+                    n, lat = asyncio.run(send_phase(srv.port, args.connections, args.seconds, args.size, acl))
+                finally:
+                    srv.stop()
+            rate = n / args.seconds
+            rates[name].append(rate)
+            if name not in best or rate > best[name][0]:
+                best[name] = (rate, lat)
+    print(
+        f"\nACL bench: {args.connections} connections, sync {args.size} B SEND_MESSAGE_V2 for {args.seconds:.0f} s each\n"
+    )
+    print(f"{'broker':44} {'sends/s':>10} {'p50 ms':>8} {'p99 ms':>8}")
+    for name, label in (
+        ("unsigned", "aclEnable=false, unsigned sends"),
+        ("signed", "aclEnable=true, signed sends"),
+    ):
+        rate, lat = best[name]
+        print(f"{label:44} {rate:10.0f} {pct(lat, 0.5):8.2f} {pct(lat, 0.99):8.2f}")
+    per_round = [s / u for u, s in zip(rates["unsigned"], rates["signed"], strict=True)]
+    print(f"\nbest of {args.rounds} alternating rounds; unsigned runs {[round(r) for r in rates['unsigned']]}, "
+          f"signed runs {[round(r) for r in rates['signed']]}")  # fmt: skip
+    print(f"signed / unsigned per round: {', '.join(f'{r:.0%}' for r in per_round)}; "
+          f"best vs best {best['signed'][0] / best['unsigned'][0]:.0%}")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
