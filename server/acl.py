@@ -507,8 +507,9 @@ class PlainAccessValidator:
                 for sub in consumer.subscription_data_set:
                     add(sub.topic, SUB)
         elif code in (RequestCode.UNREGISTER_CLIENT, RequestCode.GET_CONSUMER_LIST_BY_GROUP):
-            if code == RequestCode.GET_CONSUMER_LIST_BY_GROUP and "consumerGroup" not in ext:
-                raise AclError("the custom field <consumerGroup> is null", _AT_PARSE)
+            required = "clientID" if code == RequestCode.UNREGISTER_CLIENT else "consumerGroup"
+            if required not in ext:  # decodeCommandCustomHeader's @CFNotNull
+                raise AclError(f"the custom field <{required}> is null", _AT_PARSE)
             add(retry(ext.get("consumerGroup")), SUB)
         elif code == RequestCode.UPDATE_CONSUMER_OFFSET:
             for name in ("consumerGroup", "topic", "queueId", "commitOffset"):
@@ -521,15 +522,14 @@ class PlainAccessValidator:
     def validate(self, request: RemotingCommand, remote_ip: str) -> str | None:
         """None when the request may go on, else the access key it was refused for (raises AclError)."""
         config = self.config
+        ext = request.ext_fields
+        # parse first (a header it cannot read is refused even from a white address), as Java
+        needed = None if ext is None else self.needed(request, ext)
         for match in config.global_white:
             if match(remote_ip):
                 return None
-        ext = request.ext_fields
-        if ext is None:
-            raise AclError("No accessKey is configured", _AT_VALIDATE_NO_KEY)
-        needed = self.needed(request, ext)
-        access_key = ext.get(ACCESS_KEY)
-        if access_key is None:
+        access_key = None if ext is None else ext.get(ACCESS_KEY)
+        if ext is None or access_key is None:
             raise AclError("No accessKey is configured", _AT_VALIDATE_NO_KEY)
         owned = config.accounts.get(access_key)
         if owned is None:

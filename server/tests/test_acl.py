@@ -309,3 +309,16 @@ def test_acl_admin_codes_persist_to_the_file(acl_broker):
     assert admin(54, {}).code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
     # the admin codes sit behind the ACL check like every other
     assert acl_broker.invoke(RemotingCommand.request(54)).code == ResponseCode.SYSTEM_ERROR
+
+
+def test_running_broker_rereads_the_file_when_it_changes(acl_broker):
+    path = acl_broker.root / "plain_acl.yml"
+    cmd = _signed(R.GET_BROKER_CONFIG, {}, "fileKey001", "fileSecret01")
+    assert "No acl config for fileKey001" in (acl_broker.invoke(cmd).remark or "")
+    data = yaml.safe_load(path.read_text())
+    data["accounts"].append({"accessKey": "fileKey001", "secretKey": "fileSecret01"})
+    path.write_text(yaml.safe_dump(data))
+    deadline = time.monotonic() + 30  # the watcher looks every 5 s, as 4.9.8's
+    while acl_broker.invoke(cmd).code != ResponseCode.SUCCESS:
+        assert time.monotonic() < deadline, "the changed plain_acl.yml was not read again"
+        time.sleep(0.2)
