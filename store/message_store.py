@@ -1,4 +1,6 @@
-"""DefaultMessageStore: CommitLog append + dispatch, reads, flush services, recovery, expiry cleanup.
+"""DefaultMessageStore: the store's face to the broker - CommitLog appends and their dispatch to
+ConsumeQueues and index, reads, queries, lifecycle. The CommitLog itself, the flush services,
+recovery and expiry cleanup live in commit_log, flush, recovery and clean.
 
 One lock serialises appends and their dispatch to the ConsumeQueue (RocketMQ's reput, done inline so
 a message is readable when ``put_message`` returns). With the services running the IndexFile is built
@@ -7,12 +9,11 @@ thread fsyncs the CommitLog (interval or group commit); a service thread flushes
 ConsumeQueues/index/checkpoint, persists consumer offsets and deletes expired segments. Records are
 copied into the mmap with their TOTALSIZE written last, so a process killed mid-copy leaves nothing
 that recovery could take for a record. Under SYNC_FLUSH they are staged in a write buffer instead
-and dispatched once its group commit has written them to the segment (see ``_FlushService``).
+and dispatched once its group commit has written them to the segment (see ``flush.FlushCommitLogService``).
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import fcntl
 import ipaddress
@@ -20,17 +21,14 @@ import logging
 import os
 import shutil
 import socket
-import struct
 import threading
 import time
 from collections.abc import Collection, Container, Sequence
-from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
 from rmqgate.store.api import (
     SCHEDULE_TOPIC,
-    SYNC_FLUSH,
     ArrivalListener,
     DispatchRequest,
     GetMessageStatus,
@@ -44,13 +42,17 @@ from rmqgate.store.api import (
     parse_delay_levels,
 )
 from rmqgate.store.checkpoint import StoreCheckpoint
+from rmqgate.store.clean import CleanService, disk_used_percent
+from rmqgate.store.commit_log import NOT_WARMING, CommitLog, CommitLogWarmer
 from rmqgate.store.config_io import import_config
 from rmqgate.store.consume_queue import BLANK_SIZE, ConsumeQueue
+from rmqgate.store.flush import WRITE_BUFFER_SIZE, FlushCommitLogService, StoreServiceThread
 from rmqgate.store.index_dispatch import PROGRESS_FILE, DispatcherArgs, DispatchProgress, IndexDispatchProcess
 from rmqgate.store.index_file import IndexReader, IndexService
 from rmqgate.store.layout import CQ_UNIT, CQ_UNIT_SIZE
-from rmqgate.store.mapped_file import PAGE_SIZE, MappedFile, MappedFileQueue
+from rmqgate.store.mapped_file import MappedFile
 from rmqgate.store.meta import LmdbMetaStore
+from rmqgate.store.recovery import load_and_recover
 from rmqgate.wire.errors import MessageFormatError
 from rmqgate.wire.header import parse_java_int
 from rmqgate.wire.message import (
@@ -74,7 +76,6 @@ from rmqgate.wire.message import (
     java_string_hash,
     patch_record,
     record_properties,
-    store_timestamp_pos,
     tags_code,
 )
 
@@ -90,9 +91,6 @@ _RECORD_ALLOWANCE = 64 * 1024
 _new_put_result = tuple.__new__
 _time_ns = time.time_ns
 _unpack_prefix = RECORD_PREFIX.unpack_from
-_TS = struct.Struct(">q")  # STORETIMESTAMP, read at store_timestamp_pos(sysFlag)
-_CLEAN_FORCIBLY_RATIO = 85  # diskSpaceCleanForciblyRatio: delete regardless of age
-_DISK_WARNING_RATIO = 90  # diskSpaceWarningLevelRatio: stop accepting writes
 _log = logging.getLogger(__name__)
 # DispatchRequest's fields as a plain tuple: what a put hands to dispatch (and listeners get built from)
 _Dispatch = tuple[str, int, int, int, int, int, int, str | None, str | None, int, int]
@@ -128,343 +126,6 @@ _BOOT_ID = _boot_id()
 
 def _now_ms() -> int:
     return _time_ns() // 1_000_000  # (put_message inlines this; tests set _time_ns)
-
-
-class CommitLog:
-    def __init__(self, directory: Path, mapped_file_size: int) -> None:
-        self.queue = MappedFileQueue(directory, mapped_file_size, release_flushed=True)
-        self.mapped_file_size = mapped_file_size
-
-    def get_min_offset(self) -> int:
-        return self.queue.get_min_offset()
-
-    def get_max_offset(self) -> int:
-        return self.queue.get_max_offset()
-
-    def get_data(self, phys: int, size: int) -> memoryview | None:
-        if phys < 0 or phys + size > self.get_max_offset():
-            return None
-        f = self.queue.find_mapped_file_by_offset(phys)
-        if f is None:
-            return None
-        rel = phys - f.file_from_offset
-        if rel + size > f.file_size:
-            return None
-        try:
-            return f.buf[rel : rel + size]
-        except ValueError:  # segment was just deleted
-            return None
-
-    def record_at(self, phys: int) -> memoryview | None:
-        f = self.queue.find_mapped_file_by_offset(phys)
-        if f is None or phys >= self.get_max_offset():
-            return None
-        rel = phys - f.file_from_offset
-        try:
-            total, magic = _unpack_prefix(f.buf, rel)
-            if magic == BLANK_MAGIC or total <= 0 or rel + total > f.read_position:
-                return None
-            return f.buf[rel : rel + total]
-        except ValueError:  # the segment was deleted meanwhile
-            return None
-
-    def pickup_store_timestamp(self, phys: int, size: int) -> int:
-        rec = self.get_data(phys, size)
-        if rec is None or size < 64:
-            return -1
-        sys_flag = int.from_bytes(rec[36:40], "big")
-        return _TS.unpack_from(rec, store_timestamp_pos(sys_flag))[0]
-
-    def roll_next_file(self, phys: int) -> int:
-        return phys + self.mapped_file_size - phys % self.mapped_file_size
-
-
-_WRITE_BUFFER_SIZE = 4 * 1024 * 1024  # SYNC_FLUSH's staging: holds a loop round's appends
-_FLUSH_ATTEMPTS = 3  # a flush that cannot reach a request's offset in this many tries reports a timeout
-
-
-class _FlushService(threading.Thread):
-    """ASYNC_FLUSH: fsync every interval when enough pages are dirty. SYNC_FLUSH: group commit.
-
-    Writers on an asyncio loop are committed by that loop, once per loop round (as Redis does for
-    ``appendfsync always``): the first put of a round schedules the commit, which writes the records
-    the round staged in the CommitLog's write buffer to the segment in one ``pwrite`` (RocketMQ's
-    commit to committedPosition), dispatches them, syncs (GIL released meanwhile) and then resolves
-    the round's futures. Staged rather than copied into the mapping, the segment is never mapped
-    writable, so writeback has no page to write-protect and no writer faults on it again: the sync
-    of a round of 64 1 KiB records took 260-300 us instead of 400 us. A commit thread would need the
-    GIL back to deliver its result, which a loop busy putting for other writers only hands over once
-    it idles: the commits then stalled each round instead of overlapping it, at thousands of GIL
-    hand-offs a second. Syncing in the background while the loop appends (a helper process;
-    io_uring's IORING_OP_FSYNC, also with the write buffer) measured slower on two vCPUs: smaller
-    groups, each with its own pwrite, sync and dispatch, cost the loop more than the overlap saves.
-    Writers without a loop (threads) get a ``concurrent.futures.Future`` and are committed by this
-    thread."""
-
-    def __init__(self, store: DefaultMessageStore) -> None:
-        super().__init__(name="rmqgate-commitlog-flush", daemon=True)
-        self.store = store
-        self.sync = store.config.flush_disk_type == SYNC_FLUSH
-        self._cond = threading.Condition(threading.Lock())  # never taken re-entrantly
-        self._flush_lock = threading.Lock()  # a loop's commit and this thread's may overlap
-        self._timeout = store.config.sync_flush_timeout / 1000
-        self._requests: list[tuple[int, Future[PutMessageStatus], float]] = []
-        self._loop_rounds: dict[asyncio.AbstractEventLoop, list[tuple[int, asyncio.Future[Any]]]] = {}
-        self._stopped = False
-        self.flush_count = 0
-
-    def submit(self, next_offset: int) -> Future[PutMessageStatus] | asyncio.Future[PutMessageStatus]:
-        """A future resolved once the CommitLog is durable up to ``next_offset``: an ``asyncio.Future``
-        committed with the rest of this loop round when called on a running loop, otherwise a
-        ``concurrent.futures.Future`` committed by the flush thread."""
-        loop = asyncio._get_running_loop()
-        if loop is not None:
-            fut = loop.create_future()
-            waiting = self._loop_rounds.get(loop)
-            if waiting is None:
-                waiting = self._loop_rounds[loop] = []
-                loop.call_soon(self._commit_round, loop, time.monotonic())
-            waiting.append((next_offset, fut))
-            return fut
-        cfut: Future[PutMessageStatus] = Future()
-        with self._cond:
-            self._requests.append((next_offset, cfut, time.monotonic() + self._timeout))
-            self._cond.notify()
-        return cfut
-
-    def stop(self) -> None:
-        with self._cond:
-            self._stopped = True
-            self._cond.notify()
-        self.join()
-
-    def _flush(self) -> int:
-        store = self.store
-        ts = store._last_store_ts  # (before the commit: every record up to it is then flushed)
-        if store._undispatched is not None:
-            store._commit_staged()
-        with self._flush_lock:
-            flushed = store.commitlog.queue.flush()
-            self.flush_count += 1
-        if ts:
-            store.checkpoint.physic_msg_timestamp = ts
-        return flushed
-
-    def _flush_to(self, target: int) -> int:
-        """Flush until ``target`` is durable; the offset reached (-1 when the flush failed)."""
-        try:
-            flushed = self._flush()
-            for _ in range(_FLUSH_ATTEMPTS - 1):
-                if flushed >= target:
-                    break
-                flushed = self._flush()
-        except Exception as exc:  # a disk error, the store closed meanwhile...: the waiters must hear
-            _log.error("CommitLog group commit failed: %s", exc, exc_info=not isinstance(exc, OSError))
-            return -1
-        return flushed
-
-    def _commit_round(self, loop: asyncio.AbstractEventLoop, started: float) -> None:
-        waiting = self._loop_rounds.pop(loop)
-        flushed = self._flush_to(max(off for off, _ in waiting))
-        in_time = time.monotonic() - started <= self._timeout
-        for off, fut in waiting:
-            if not fut.done():
-                ok = in_time and off <= flushed
-                fut.set_result(PutMessageStatus.PUT_OK if ok else PutMessageStatus.FLUSH_DISK_TIMEOUT)
-
-    def run(self) -> None:
-        if self.sync:
-            self._run_group_commit()
-        else:
-            self._run_interval()
-
-    def _run_group_commit(self) -> None:
-        while True:
-            with self._cond:
-                while not self._requests and not self._stopped:
-                    self._cond.wait()
-                reqs, self._requests = self._requests, []
-                stopped = self._stopped
-            if reqs:
-                flushed = self._flush_to(max(r[0] for r in reqs))
-                now = time.monotonic()
-                for off, fut, deadline in reqs:
-                    ok = off <= flushed and now <= deadline
-                    fut.set_result(PutMessageStatus.PUT_OK if ok else PutMessageStatus.FLUSH_DISK_TIMEOUT)
-            if stopped and not self._requests:
-                return
-
-    def _run_interval(self) -> None:
-        cfg = self.store.config
-        q = self.store.commitlog.queue
-        last_thorough = time.monotonic()
-        while True:
-            with self._cond:
-                if not self._stopped:
-                    self._cond.wait(cfg.flush_interval_commitlog / 1000)
-                stopped = self._stopped
-            now = time.monotonic()
-            dirty_pages = (q.get_max_offset() - q.flushed_where) // PAGE_SIZE
-            thorough = now - last_thorough >= cfg.flush_commitlog_thorough_interval / 1000
-            if dirty_pages >= cfg.flush_commitlog_least_pages or thorough or stopped:
-                if thorough:
-                    last_thorough = now
-                self._flush()
-            if stopped:
-                return
-
-
-_NOT_WARMING = 1 << 62
-# Each chunk costs the warmer at least two waits for the GIL (after the pwrite, after the populate);
-# while a writer thread keeps the GIL busy each lasts up to the switch interval (5 ms). With 1 MiB
-# chunks the warmer fell 1-2 MiB behind one writer appending ~210 MB/s, which then faulted pages in
-# itself and waited for the chunk being zeroed. Under SYNC_FLUSH the loop idles in every group
-# commit, so the GIL is free, and the chunk's own sync competes with the commits on the device:
-# kept small there.
-_WARM_CHUNK_ASYNC = 4 * 1024 * 1024
-_WARM_CHUNK_SYNC = 1024 * 1024
-_ZEROS = memoryview(bytes(max(_WARM_CHUNK_ASYNC, _WARM_CHUNK_SYNC)))
-
-
-class _CommitLogWarmer(threading.Thread):
-    """Writes zeros into the last CommitLog segment ahead of the write position (``pwrite`` releases
-    the GIL), so appends copy into allocated page-cache pages instead of faulting each one in; then
-    maps that chunk writable into the page tables (``MappedFile.populate``), so appends take no page
-    fault there at all. Under SYNC_FLUSH appends reach the segment by ``pwrite`` from a write buffer:
-    the zeroed chunk is synced, like RocketMQ's warmMappedFile (a group commit then allocates no
-    blocks), and not populated. Flushes sync only the written range, so the chunk stays mapped until
-    used.
-
-    It never touches written bytes: under the put lock it picks a chunk at or past the write position
-    and publishes its start in ``store._warm_busy_from``; puts bound their record below that until the
-    chunk is done (``_warm_done`` is set again). It sleeps until an append passes
-    ``store._warm_wake_at`` (``commitlog_warm_ahead`` short of the warmed end): woken by a timer, it
-    took the GIL from the appending thread a hundred times a second, mostly for nothing. Populating
-    alone under ASYNC_FLUSH (no zeros written) measured 6% slower appends than this."""
-
-    def __init__(self, store: DefaultMessageStore) -> None:
-        super().__init__(name="rmqgate-commitlog-warmer", daemon=True)
-        self.store = store
-        self.ahead = store.config.commitlog_warm_ahead
-        self._stop_event = threading.Event()
-        self._wakeup = threading.Event()
-        self.warmed_to = 0  # absolute CommitLog offset: zeroed below, ahead of the write position
-        # appends pwritten from a write buffer (SYNC_FLUSH): the chunk is synced, and not mapped
-        # writable, or each group commit's writeback would write-protect its pages again
-        self._sync_ahead = store.commitlog.queue.write_buffer is not None
-        self._populate = not self._sync_ahead
-        self._fd: int | None = None
-        self._fd_path: Path | None = None
-        self.chunk = _WARM_CHUNK_SYNC if self._sync_ahead else _WARM_CHUNK_ASYNC
-
-    def wake(self) -> None:
-        """Called by an append that passed ``store._warm_wake_at``; later ones don't until re-armed."""
-        self.store._warm_wake_at = _NOT_WARMING
-        self._wakeup.set()
-
-    def stop(self) -> None:
-        self._stop_event.set()
-        self._wakeup.set()
-        self.join()
-
-    def run(self) -> None:
-        try:
-            self._run()
-        finally:
-            self._close_fd()
-
-    def _run(self) -> None:
-        store = self.store
-        while True:
-            self._wakeup.wait(1.0)  # (the timeout only in case a wake-up went astray)
-            self._wakeup.clear()
-            if self._stop_event.is_set():
-                return
-            try:
-                while self._warm_one_chunk():
-                    if self._stop_event.is_set():
-                        return
-            except OSError as exc:  # e.g. a full disk: appends go on unwarmed (and refuse at 90%)
-                _log.warning("CommitLog warm-up stopped: %s", exc)
-                store._warm_busy_from = _NOT_WARMING
-                store._warm_done.set()
-                return
-            store._warm_wake_at = self.warmed_to - self.ahead  # where a chunk is due again
-
-    def _warm_one_chunk(self) -> bool:
-        store = self.store
-        with store._put_lock:
-            if store._shutdown:
-                return False
-            f = store.commitlog.queue.last()
-            if f is None:
-                return False
-            pos = f.file_from_offset + f.wrote_position
-            start = max(self.warmed_to, -(-pos // PAGE_SIZE) * PAGE_SIZE)
-            end = min(start + self.chunk, f.end_offset)
-            if start >= end or start >= pos + self.ahead:
-                return False
-            store._warm_done.clear()  # appends stay below the chunk meanwhile
-            store._warm_busy_from = start
-        first, last = start - f.file_from_offset, end - f.file_from_offset
-        try:
-            if self._fd_path != f.path:  # a descriptor of its own: the segment's may close meanwhile
-                self._close_fd()
-                self._fd = os.open(f.path, os.O_WRONLY)
-                self._fd_path = f.path
-            os.pwrite(self._fd, _ZEROS[: last - first], first)
-        finally:
-            store._warm_busy_from = _NOT_WARMING
-            store._warm_done.set()
-        if self._sync_ahead:  # as RocketMQ's warmMappedFile: blocks allocated now, not in a commit
-            f.sync_range(first, last)
-        if self._populate:  # the page-table entries too (contents untouched): no fault per page either
-            self._populate = f.populate(first, last)
-        self.warmed_to = end
-        return True
-
-    def _close_fd(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = self._fd_path = None
-
-
-class _ServiceThread(threading.Thread):
-    """ConsumeQueue/index/checkpoint flush, consumer offset persistence, expired file cleanup."""
-
-    def __init__(self, store: DefaultMessageStore) -> None:
-        super().__init__(name="rmqgate-store-service", daemon=True)
-        self.store = store
-        self._stop_event = threading.Event()
-
-    def stop(self) -> None:
-        self._stop_event.set()
-        self.join()
-
-    def run(self) -> None:
-        cfg = self.store.config
-        tick = min(
-            cfg.flush_interval_consume_queue, cfg.flush_consumer_offset_interval, cfg.clean_resource_interval
-        )
-        next_cq = next_off = next_clean = 0.0
-        next_thorough = time.monotonic() + cfg.flush_consume_queue_thorough_interval / 1000
-        while not self._stop_event.wait(tick / 1000):
-            now = time.monotonic()
-            try:
-                if now >= next_cq:
-                    next_cq = now + cfg.flush_interval_consume_queue / 1000
-                    thorough = now >= next_thorough
-                    if thorough:
-                        next_thorough = now + cfg.flush_consume_queue_thorough_interval / 1000
-                    self.store.flush_logics(thorough)
-                if now >= next_off:
-                    next_off = now + cfg.flush_consumer_offset_interval / 1000
-                    self.store.meta.persist_offsets()
-                if now >= next_clean:
-                    next_clean = now + cfg.clean_resource_interval / 1000
-                    self.store.clean_expired_files()
-            except Exception:  # keep the service alive; the next round retries
-                _log.exception("store service round failed")
 
 
 class DefaultMessageStore:
@@ -521,12 +182,11 @@ class DefaultMessageStore:
         self._msg_id_prefix = (-1, b"")
         self._store_v6_flag = _STOREHOST_V6 if addr.version == 6 else 0
         self._put_lock = threading.Lock()
-        self._clean_lock = threading.Lock()
         self._listeners: list[tuple[ArrivalListener, Container[tuple[str, int]] | None]] = []
         self._valid_topics: set[str] = set()
         self._logics_error = False  # a dispatch failed: refuse writes (RocketMQ's makeLogicsQueueError)
         self._disk_full = False  # disk over DISK_WARNING_RATIO: refuse writes until cleanup frees space
-        self._cleaned_below = -1  # the CommitLog min offset ConsumeQueue and index files were cleaned to
+        self._cleaner = CleanService(self)
         self._slave = config.slave  # (both read once: the role is fixed when the store opens)
         self._correct_offsets = config.corrects_pull_offsets
         self._last_store_ts = 0
@@ -541,14 +201,14 @@ class DefaultMessageStore:
         self._index_reader: IndexReader | None = None
         self._index_writer_lock: DispatchProgress | None = None
         self._committed_slot: tuple[Any, Any, int] | None = None  # (pack_into, page, position)
-        # SYNC_FLUSH stages appends in a write buffer (see _FlushService); staged records wait here
+        # SYNC_FLUSH stages appends in a write buffer (see FlushCommitLogService); staged records wait here
         # for their dispatch (None: dispatched as they are appended)
         self._undispatched: list[_Dispatch] | None = None
-        self._flush_service: _FlushService | None = None
-        self._service: _ServiceThread | None = None
-        self._warmer: _CommitLogWarmer | None = None
-        self._warm_busy_from = _NOT_WARMING  # CommitLog offset the warmer is zeroing from
-        self._warm_wake_at = _NOT_WARMING  # an append ending past this CommitLog offset wakes the warmer
+        self._flush_service: FlushCommitLogService | None = None
+        self._service: StoreServiceThread | None = None
+        self._warmer: CommitLogWarmer | None = None
+        self._warm_busy_from = NOT_WARMING  # CommitLog offset the warmer is zeroing from
+        self._warm_wake_at = NOT_WARMING  # an append ending past this CommitLog offset wakes the warmer
         self._warm_done = threading.Event()
         self._warm_done.set()
 
@@ -586,7 +246,7 @@ class DefaultMessageStore:
         try:
             if store._index_inline:
                 store._take_index_writer_lock()
-            store._load_and_recover()
+            load_and_recover(store)
         except BaseException:
             store._close_files()
             os.close(store._lock_fd)
@@ -598,17 +258,17 @@ class DefaultMessageStore:
         store._put_size_base = store.commitlog.get_max_offset()
         store._shutdown = False
         if start_services:
-            store._flush_service = _FlushService(store)
+            store._flush_service = FlushCommitLogService(store)
             if store._flush_service.sync:
                 store.commitlog.queue.use_write_buffer(
-                    max(_WRITE_BUFFER_SIZE, config.max_message_size + _RECORD_ALLOWANCE)
+                    max(WRITE_BUFFER_SIZE, config.max_message_size + _RECORD_ALLOWANCE)
                 )
                 store._undispatched = []
             store._flush_service.start()
-            store._service = _ServiceThread(store)
+            store._service = StoreServiceThread(store)
             store._service.start()
             if config.commitlog_warm_ahead > 0:
-                store._warmer = _CommitLogWarmer(store)
+                store._warmer = CommitLogWarmer(store)
                 store._warm_wake_at = 0
                 store._warmer.start()
         if in_process:
@@ -695,122 +355,7 @@ class DefaultMessageStore:
         self.checkpoint.close()
 
     # ------------------------------------------------------------------ recovery
-    def _load_and_recover(self) -> None:
-        cfg = self.config
-        self.commitlog.queue.load()
-        cq_root = self.root / "consumequeue"
-        if cq_root.is_dir():
-            for tdir in sorted(cq_root.iterdir()):
-                if not tdir.is_dir():
-                    continue
-                for qdir in sorted(tdir.iterdir()):
-                    if qdir.is_dir() and qdir.name.isdigit():
-                        cq = ConsumeQueue(
-                            tdir.name, int(qdir.name), cq_root, cfg.mapped_file_size_consume_queue
-                        )
-                        cq.load()
-                        self.consume_queues[(tdir.name, int(qdir.name))] = cq
-        index_rebuild_from = (
-            self.index.load(self.last_exit_ok or self.same_boot, self.checkpoint.index_msg_timestamp)
-            if self._index_inline
-            else None  # the dispatcher process recovers its index files itself
-        )
-        for cq in self.consume_queues.values():
-            cq.recover()
-
-        files = self.commitlog.queue.files
-        start = max(0, len(files) - 3) if self.last_exit_ok else self._abnormal_start_file(files)
-        end = self._scan_commitlog(files, start)
-        self.commitlog.queue.set_positions(end)
-
-        for cq in self.consume_queues.values():
-            cq.truncate_dirty(end)
-            if not self.last_exit_ok:
-                self._check_last_units(cq)
-        min_phy = self.commitlog.get_min_offset()
-        if self.last_exit_ok:
-            reput_from = max([cq.max_physic_offset for cq in self.consume_queues.values()] + [min_phy])
-        else:
-            reput_from = files[start].file_from_offset if files else 0
-            if index_rebuild_from is not None:
-                reput_from = min(reput_from, index_rebuild_from)
-        self.recovered_from = reput_from
-        self._reput(reput_from, end)
-        for key, cq in self.consume_queues.items():
-            cq.correct_min_offset(min_phy)
-            self.topic_queue_table[key] = cq.get_max_offset_in_queue()
-
-    def _abnormal_start_file(self, files: list[MappedFile]) -> int:
-        """Newest segment whose first record is older than everything the checkpoint vouches for."""
-        limit = self.checkpoint.min_timestamp()
-        if self._index_inline:
-            limit = min(limit, self.checkpoint.index_msg_timestamp)
-        for i in range(len(files) - 1, -1, -1):
-            try:
-                msg = decode_message(files[i].buf, 0, with_body=False)
-            except MessageFormatError:
-                continue
-            if msg.store_timestamp and msg.store_timestamp <= limit:
-                return i
-        return 0
-
-    def _scan_commitlog(self, files: list[MappedFile], start: int) -> int:
-        """Validate records (magic, size, CRC, position) from segment ``start``; returns the end offset."""
-        if not files:
-            return 0
-        end = files[start].file_from_offset
-        for i in range(start, len(files)):
-            f = files[i]
-            buf = f.buf
-            pos = 0
-            limit = f.file_size
-            while pos + 8 <= limit:
-                total, magic = _unpack_prefix(buf, pos)
-                if magic == BLANK_MAGIC and 8 <= total == limit - pos:
-                    break
-                try:
-                    msg = decode_message(buf, pos, check_crc=True, copy_body=False)
-                except MessageFormatError:
-                    return f.file_from_offset + pos
-                if msg.commit_log_offset != f.file_from_offset + pos:
-                    return f.file_from_offset + pos
-                pos += total
-            else:
-                if pos != limit:
-                    return f.file_from_offset + pos
-            end = f.file_from_offset + pos  # blank (or exactly full): continue with the next file
-            if i + 1 < len(files) and files[i + 1].file_from_offset != f.end_offset:
-                # a segment is missing (removed by hand?): keep going like Java's recovery, which
-                # walks the files it has; stopping here would delete every later, intact segment
-                _log.error(
-                    "CommitLog segments %d..%d are missing", f.end_offset, files[i + 1].file_from_offset
-                )
-        return end
-
-    def _check_last_units(self, cq: ConsumeQueue) -> None:
-        """After a crash, drop trailing ConsumeQueue units that don't describe their CommitLog record.
-        A unit below the CommitLog's first segment stays: its record expired (an idle queue), and
-        dropping it would hand its queue offsets out again."""
-        min_phy = self.commitlog.get_min_offset()
-        first = cq.get_min_offset_in_queue()
-        offset = cq.get_max_offset_in_queue()
-        while offset > first:  # back from the last unit to the first that checks out; one cut
-            unit = cq.get_unit(offset - 1)
-            if unit is None or unit[0] < min_phy or unit[1] == BLANK_SIZE:
-                break
-            phys, size, _ = unit
-            rec = self.commitlog.record_at(phys)
-            if rec is not None and len(rec) == size:
-                try:
-                    m = decode_message(rec, 0, with_body=False)
-                    if m.topic == cq.topic and m.queue_id == cq.queue_id and m.queue_offset == offset - 1:
-                        break
-                except MessageFormatError:
-                    pass
-            offset -= 1
-        cq.truncate_to(offset)
-
-    def _reput(self, start: int, end: int) -> None:
+    def reput(self, start: int, end: int) -> None:
         """Dispatch CommitLog records in [start, end) to ConsumeQueues and the index (idempotent)."""
         pos = max(start, self.commitlog.get_min_offset())
         q = self.commitlog.queue
@@ -1503,49 +1048,8 @@ class DefaultMessageStore:
         self.checkpoint.flush()
 
     def clean_expired_files(self, *, force: bool = False, now_ms: int | None = None) -> int:
-        """``CleanCommitLogService`` + ``CleanConsumeQueueService``: delete CommitLog segments older than
-        ``file_reserved_time`` when it is time (``delete_when`` hour, disk over ratio, or ``force``), then
-        the ConsumeQueue/index files that only point below the new min offset."""
-        # one cleanup at a time (the service thread, admin requests): each decides from a snapshot
-        # how many leading files to delete, and two of them would delete twice as many
-        with self._clean_lock:
-            return self._clean_expired_files(force, now_ms)
-
-    def _clean_expired_files(self, force: bool, now_ms: int | None) -> int:
-        cfg = self.config
-        now = _now_ms() if now_ms is None else now_ms
-        hour = time.localtime(now / 1000).tm_hour
-        timeup = any(h.strip().isdigit() and int(h) == hour for h in cfg.delete_when.split(";"))
-        # isSpaceToDelete: the CommitLog's partition first; only when it has room, the ConsumeQueue's
-        # (which then alone decides DISK_FULL). getDiskMaxUsedSpaceRatio's bounds; an unreadable
-        # partition counts as full, as in Java
-        limit = min(max(cfg.disk_max_used_space_ratio, 10), 95)
-        ratio = disk_used_percent(self.commitlog_dir)
-        immediately = ratio > _CLEAN_FORCIBLY_RATIO
-        spacefull = ratio < 0 or ratio > limit
-        if not spacefull:
-            ratio = disk_used_percent(self.consume_queue_dir)
-            immediately = immediately or ratio > _CLEAN_FORCIBLY_RATIO
-            spacefull = ratio < 0 or ratio > limit
-        self._disk_full = ratio > _DISK_WARNING_RATIO  # like RunningFlags DISK_FULL
-        deleted = 0
-        if timeup or spacefull or force:
-            q = self.commitlog.queue
-            n = min(q.expired_by_time(cfg.file_reserved_time * 3_600_000, now, immediately=immediately), 10)
-            if n:
-                with self._put_lock:
-                    q.delete_first(n)
-                deleted = n
-        min_phy = self.commitlog.get_min_offset()
-        if min_phy > self._cleaned_below:  # CleanConsumeQueueService: only once the min offset moved
-            self._cleaned_below = min_phy
-            for cq in list(self.consume_queues.values()):
-                cq.delete_expired_files(min_phy)
-            if self._index_process is not None:
-                self._index_process.progress.set("min_phy_offset", min_phy)
-            else:
-                self.index.delete_expired(min_phy)
-        return deleted
+        """Expired CommitLog segments, then ConsumeQueue/index files, deleted (``clean.CleanService``)."""
+        return self._cleaner.clean_expired_files(force=force, now_ms=now_ms)
 
     def put_totals(self) -> tuple[int, int]:
         """(messages, bytes) appended since the store opened, as StoreStatsService's
@@ -1583,31 +1087,8 @@ class DefaultMessageStore:
             "consumeQueueDiskRatio": cq_ratio,
             "dispatchBehindBytes": str(self._index_process.behind() if self._index_process else 0),
             "putMessageEntireTimeMax": "0",
-            "earliestMessageTimeStamp": str(self._earliest_commitlog_time()),
+            "earliestMessageTimeStamp": str(cl.earliest_store_timestamp()),
         }
-
-    def _earliest_commitlog_time(self) -> int:
-        f = self.commitlog.queue.first()
-        if f is None:
-            return -1
-        try:
-            return decode_message(f.buf, 0, with_body=False).store_timestamp
-        except (MessageFormatError, ValueError):
-            return -1
-
-
-def disk_used_percent(path: Path) -> int:
-    """UtilAll.getDiskPartitionSpaceUsedPercent as a whole percent: used / (used + available to
-    us), rounded up (df's figure; blocks reserved for root count as neither); -100 (ratio -1) when
-    the partition cannot be read."""
-    try:
-        u = shutil.disk_usage(path)  # used = total - free blocks; free = blocks available to us
-    except OSError:
-        return -100
-    entire = u.used + u.free
-    if u.total <= 0 or entire <= 0:
-        return -100
-    return -(-u.used * 100 // entire)
 
 
 def _fsync_dir(path: Path) -> None:

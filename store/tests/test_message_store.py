@@ -833,10 +833,11 @@ def test_disk_ratio_is_javas_used_over_used_and_available(
     import collections
 
     import rmqgate.store.message_store as ms
+    from rmqgate.store.clean import disk_used_percent
 
     Usage = collections.namedtuple("Usage", "total used free")
     monkeypatch.setattr(ms.shutil, "disk_usage", lambda _p: Usage(252, 24, 78))
-    assert ms.disk_used_percent(tmp_path) == 24
+    assert disk_used_percent(tmp_path) == 24
     s = DefaultMessageStore.open(cfg(tmp_path), start_services=False)
     try:
         info = s.runtime_info()
