@@ -24,8 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _timing import print_table
 
-from rmqgate.tools import pcap
-from rmqgate.tools.pcap import CaptureInfo, ReaderStats, StreamChunk, iter_tcp_streams, read_frames
+from rmqgate.tools.pcap import CaptureInfo, ReaderStats, StreamChunk, iter_tcp_streams, read_frames, tcp
+from rmqgate.tools.pcap import records as pcap_records
 from rmqgate.wire.frame import FrameDecoder
 
 CORPUS = Path(os.environ.get("RMQGATE_CORPUS", Path(__file__).resolve().parents[2] / "shared" / "corpus"))
@@ -52,13 +52,13 @@ def floor(paths: list[Path]) -> None:
 
 def records(paths: list[Path]) -> None:
     for path in paths:
-        for _ in pcap._iter_records(pcap._open_buffer(path), CaptureInfo()):
+        for _ in pcap_records.iter_records(pcap_records.open_buffer(path), CaptureInfo()):
             pass
 
 
 def segments(paths: list[Path]) -> None:
     for path in paths:
-        for _ in pcap._iter_segments(path, CaptureInfo(), ReaderStats()):
+        for _ in tcp._iter_segments(path, CaptureInfo(), ReaderStats()):
             pass
 
 
@@ -96,11 +96,11 @@ def scapy_payloads(paths: list[Path]) -> None:
 
 def resegment(paths: list[Path], out: Path, mss: int = 1448) -> None:
     """One pcap holding every frame of ``paths``, its streams cut into ``mss``-byte Ethernet segments."""
-    eth, ip4, tcp = pcap._ETHERNET, pcap._IPV4, pcap._TCP
-    rec = pcap._PCAP_RECORD["<"]
+    eth, ip4, tcp_layout = tcp._ETHERNET, tcp._IPV4, tcp._TCP
+    rec = pcap_records._PCAP_RECORD["<"]
     seqs: dict[tuple[str, str], int] = {}
     with out.open("wb") as fh:
-        fh.write(pcap._PCAP_FILE["<"].pack(pcap.PCAP_MAGIC_MICRO, 2, 4, 0, 0, 262144, 1))
+        fh.write(pcap_records._PCAP_FILE["<"].pack(pcap_records.PCAP_MAGIC_MICRO, 2, 4, 0, 0, 262144, 1))
         for n, path in enumerate(paths):
             for f in read_frames(path):
                 key = (f"{n}/{f.src}", f"{n}/{f.dst}")
@@ -110,7 +110,7 @@ def resegment(paths: list[Path], out: Path, mss: int = 1448) -> None:
                     chunk = f.raw[i : i + mss]
                     seq = seqs.get(key, 1)
                     seqs[key] = (seq + len(chunk)) & 0xFFFFFFFF
-                    tcp_header = tcp.pack(sport, dport, seq, 0, (5 << 12) | 0x18, 65535, 0, 0)
+                    tcp_header = tcp_layout.pack(sport, dport, seq, 0, (5 << 12) | 0x18, 65535, 0, 0)
                     ip_header = ip4.pack(0x45, 0, 40 + len(chunk), 0, 0x4000, 64, 6, 0, src, dst)
                     packet = eth.pack(b"\2" * 6, b"\4" * 6, 0x0800) + ip_header + tcp_header + chunk
                     sec = int(f.ts)

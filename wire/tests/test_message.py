@@ -17,6 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from rmqgate.tools.pcap import read_frames
 from rmqgate.wire import message as m
 from rmqgate.wire.errors import CompressionUnavailable, MessageFormatError
 from rmqgate.wire.message import MessageExt, MessageSysFlag
@@ -175,16 +176,7 @@ def _assert_same_as_declaration(parsed, msg: MessageExt) -> None:
 # Golden captures: PULL bodies, batch bodies, compressed bodies
 
 
-def _capture_reader():
-    try:
-        from rmqgate.tools.pcap import read_frames
-    except ImportError:
-        pytest.skip("rmqgate.tools.pcap is not available yet")
-    return read_frames
-
-
 def test_pull_bodies_in_captures_are_concatenated_stored_records(corpus: Path) -> None:
-    read_frames = _capture_reader()
     pulls = messages = compressed = 0
     for pcap in sorted(corpus.glob("pcap*/*.pcap")):
         requests = {}
@@ -212,7 +204,6 @@ def test_pull_bodies_in_captures_are_concatenated_stored_records(corpus: Path) -
 
 
 def test_batch_bodies_in_captures_round_trip(corpus: Path) -> None:
-    read_frames = _capture_reader()
     batches = 0
     for pcap in sorted(corpus.glob("pcap*/*.pcap")):
         for frame in read_frames(pcap):
