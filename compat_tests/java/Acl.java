@@ -12,6 +12,7 @@ import org.apache.rocketmq.client.producer.SendResult;
 import org.apache.rocketmq.common.TopicConfig;
 import org.apache.rocketmq.common.message.Message;
 import org.apache.rocketmq.common.message.MessageExt;
+import org.apache.rocketmq.common.message.MessageQueue;
 import org.apache.rocketmq.remoting.RPCHook;
 
 /**
@@ -132,6 +133,24 @@ public final class Acl {
         refusedSend(h, "unsigned", null, null, topic);
         refusedSend(h, "no PUB on the topic", h.str("subOnlyAk"), h.str("subOnlySk"), topic);
         refusedSend(h, "outside the white address", h.str("farAk"), h.str("farSk"), topic);
+
+        // a pull needs SUB on the topic and on the group: with neither, Java names the first of the
+        // two in its HashMap's order
+        DefaultMQPullConsumer farPull = new DefaultMQPullConsumer("acl_far_cg", hook(h.str("farAk"), h.str("farSk")));
+        farPull.setNamesrvAddr(h.namesrv());
+        farPull.setInstanceName("acl-far-pull");
+        farPull.start();
+        JSONObject pulled = new JSONObject(true);
+        try {
+            MessageQueue mq = farPull.fetchSubscribeMessageQueues(topic).iterator().next();
+            pulled.put("pulled", farPull.pull(mq, "*", 0, 32).getPullStatus().toString());
+        } catch (Exception e) {
+            pulled = refusal(e);
+        }
+        farPull.shutdown();
+        h.put("pull without SUB on topic and group", pulled);
+        h.check("pull without SUB on topic and group: refused with SYSTEM_ERROR",
+            Integer.valueOf(1).equals(pulled.get("code")), pulled.toJSONString());
 
         // 4.9.8: an account's white address lets its requests through without a signature check
         DefaultMQProducer near = producer(h, "near", h.str("nearAk"), "not-the-secret");

@@ -322,3 +322,15 @@ def test_running_broker_rereads_the_file_when_it_changes(acl_broker):
     while acl_broker.invoke(cmd).code != ResponseCode.SUCCESS:
         assert time.monotonic() < deadline, "the changed plain_acl.yml was not read again"
         time.sleep(0.2)
+
+
+def test_refused_resource_named_in_java_hashmap_order():
+    assert acl._string_hash("hello") == 99162322  # "hello".hashCode()
+    assert acl._string_hash("polygenelubricants") == (-2147483648) & 0xFFFFFFFF
+    owned = acl.build_account({"accessKey": "someKey01", "secretKey": "someSecret1"})  # DENY by default
+    keys = ["TopicQ", "%RETRY%GroupQ"]
+    first = acl._hashmap_order(keys)[0]
+    with pytest.raises(acl.AclError) as refused:
+        acl.PlainAccessValidator.check_perm(R.PULL_MESSAGE, dict.fromkeys(keys, acl.SUB), owned)
+    named = f"group:{first[7:]}" if first.startswith("%RETRY%") else f"topic:{first}"
+    assert f"No default permission for {named}," in refused.value.remark
