@@ -135,7 +135,10 @@ def test_sql92_group_in_admin_views_and_a_heartbeat_that_does_not_compile(broker
             )  # fmt: skip
             cq_body = loads(cq.body) if cq.body else {}
             for unit in cq_body.get("queueData", []):
-                unit.pop("physicSize")  # the stored record's size differs (its CLUSTER property)
+                del (
+                    unit["physicOffset"],
+                    unit["physicSize"],
+                )  # where the broker's other tests left the CommitLog
             filter_data = cq_body.pop("filterData", None)
             seen[name] = {
                 "subscriptions": loads(conn.body)["subscriptionTable"],
