@@ -867,7 +867,7 @@ class CompiledExpression:
     """One compiled selector: ``evaluate`` gives Java's evaluation result (True/False/None; a Java
     exception is None), ``matches`` whether a message with these properties is delivered."""
 
-    __slots__ = ("_fn", "implied_tags", "text", "to_string")
+    __slots__ = ("_fn", "implied_tags", "matches", "text", "to_string")
 
     def __init__(self, text: str, node: Node) -> None:
         self.text = text
@@ -877,6 +877,9 @@ class CompiledExpression:
         #: None: a pull may then skip a message by its ConsumeQueue tagsCode without reading it (an
         #: optimisation 4.9.8 does not make; what it delivers is the same)
         self.implied_tags = node.tags
+        #: ``isMatchedByCommitLog``: only a Boolean true matches; what throws does not (a closure:
+        #: the pull's per-message call)
+        self.matches: Callable[[Props], bool] = _matcher(node.fn)
 
     def evaluate(self, properties: Props) -> bool | None:
         try:
@@ -885,12 +888,15 @@ class CompiledExpression:
             return None
         return result if isinstance(result, bool) else None
 
-    def matches(self, properties: Props) -> bool:
-        """``isMatchedByCommitLog``: only a Boolean true matches; what throws does not."""
+
+def _matcher(fn: Eval) -> Callable[[Props], bool]:
+    def matches(properties: Props) -> bool:
         try:
-            return self._fn(properties) is True
+            return fn(properties) is True
         except (_EvalError, ArithmeticError, ValueError, TypeError):
             return False
+
+    return matches
 
 
 def compile_sql92(text: str) -> CompiledExpression:

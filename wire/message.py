@@ -536,28 +536,25 @@ def record_properties(buf: Buffer) -> RecordProperties:
     at += 2
     if at + props_len != len(buf):
         raise MessageFormatError(f"properties length {props_len} disagrees with the record size {len(buf)}")
-    return RecordProperties(bytes(buf[at:]))
+    return RecordProperties(buf[at:])
 
 
 _PICK_V4 = _INDEX_PICK[0]
 _BODY_END = {hf: pos + 4 for hf, pos in _BODY_LENGTH_POS.items()}
 
 
-class RecordProperties:
-    """A stored message's properties read one at a time from their UTF-8 text: ``get(name)`` is
-    ``parse_properties(text).get(name)`` without splitting the others (a filter that reads one or two
-    properties of a message pays for those only). A value that is not UTF-8 reads as absent."""
+class RecordProperties(bytes):
+    """A stored message's properties text (UTF-8 bytes) read one property at a time: ``get(name)``
+    is ``parse_properties(text).get(name)`` without splitting the others (a filter that reads one or
+    two properties of a message pays for those only). A value that is not UTF-8 reads as absent."""
 
-    __slots__ = ("raw",)
-
-    def __init__(self, raw: bytes) -> None:
-        self.raw = raw
+    __slots__ = ()
 
     def get(self, name: str, default: str | None = None) -> str | None:
         pair = _PAIRS.get(name)
         if pair is None:
             pair = _PAIRS[name] = (name + NAME_VALUE_SEPARATOR).encode()
-        raw = self.raw
+        raw = self
         at = raw.rfind(pair)
         if at < 0:
             return default
@@ -577,7 +574,7 @@ class RecordProperties:
             return default
 
     def to_dict(self) -> dict[str, str]:
-        return parse_properties(str(self.raw, "utf-8", "replace"))
+        return parse_properties(str(self, "utf-8", "replace"))
 
 
 _PAIRS: dict[str, bytes] = {}
