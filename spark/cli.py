@@ -67,7 +67,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--scale", type=int, default=1, metavar="N", help="clone each connection N times (distinct ids)"
     )
-    g.add_argument("--partitions", type=int, default=None, help="replay tasks (default: Spark's parallelism)")
+    g.add_argument(
+        "--partitions",
+        type=int,
+        default=None,
+        help="replay tasks (default: the task slots the executors have)",
+    )
     g.add_argument(
         "--conf", type=_pair, action="append", default=[], metavar="KEY=VALUE", help="Spark setting"
     )

@@ -10,6 +10,12 @@
    partition by a greedy balance of request counts, so clones of a connection spread over executors.
 3. replay: one Spark task per partition replays its connections with tools/replay.py's engine
    (spark/executor.py); the outcomes are written to Parquet once (never recomputed), then aggregated with Spark SQL.
+
+With any master but local[N] the executors are other processes, maybe on other hosts: the job ships
+them the code they import (spark/ship.py), hands them the inputs only the driver can read
+(``addFile``), and resolves every path on the driver against the cluster's default file system, so
+nothing depends on an executor's working directory. There are as many replay tasks as the executors
+run at once, so that every connection starts on time.
 """
 
 from __future__ import annotations
@@ -253,9 +259,9 @@ def ship_code(spark: Any, opts: JobOptions) -> dict[str, Any] | None:
     return info
 
 
-def _stage_for_add_file(uris: Sequence[str]) -> list[tuple[str, str]]:
+def _stage_for_add_file(uris: Sequence[str], stage: Path) -> list[tuple[str, str]]:
     """(uri, local file) for inputs SparkContext.addFile distributes. Executors get each under its
-    base name (addFile resolves links), so inputs sharing a base name are copied apart first."""
+    base name (addFile resolves links), so inputs sharing a base name are copied apart into ``stage``."""
     from urllib.parse import unquote, urlparse
 
     local = [Path(unquote(urlparse(u).path)) if u.startswith("file:") else Path(u) for u in uris]
@@ -263,7 +269,7 @@ def _stage_for_add_file(uris: Sequence[str]) -> list[tuple[str, str]]:
     out = []
     for uri, path in zip(uris, local, strict=True):
         if names.count(path.name) > 1:
-            stage = Path(tempfile.mkdtemp(prefix="rmqgate-spark-input-"))
+            stage.mkdir(exist_ok=True)
             copy = stage / f"{hashlib.sha1(uri.encode()).hexdigest()[:10]}-{path.name}"
             shutil.copyfile(path, copy)
             path = copy
@@ -314,14 +320,18 @@ def load_frames(spark: Any, inputs: Sequence[str], cache_dir: str | None, opts: 
             t = time.perf_counter()
             paths = [m[0] for m in meta]
             sc = spark.sparkContext
+            stage = Path(tempfile.gettempdir()) / f"rmqgate-spark-inputs-{uuid.uuid4().hex}"
             if driver_files and not is_local_master(sc.master):
-                rdd = _ship_inputs(sc, paths)
+                rdd = _ship_inputs(sc, paths, stage)
             else:  # executors read the inputs where they are
                 rdd = sc.binaryFiles(",".join(paths), minPartitions=len(paths)).flatMap(
                     lambda kv: rows_from_bytes(kv[0], kv[1])
                 )
             rdd = rdd.map(lambda row: tuple(row[name] for name, _ in FRAME_COLUMNS))
-            spark.createDataFrame(rdd, FRAME_DDL).write.mode("overwrite").parquet(out)
+            try:
+                spark.createDataFrame(rdd, FRAME_DDL).write.mode("overwrite").parquet(out)
+            finally:
+                shutil.rmtree(stage, ignore_errors=True)
             _say(opts, f"frames: {len(paths)} input(s) decoded to {out} in {time.perf_counter() - t:.1f} s")
         frames.append(spark.read.parquet(out))
     df = frames[0]
@@ -330,11 +340,11 @@ def load_frames(spark: Any, inputs: Sequence[str], cache_dir: str | None, opts: 
     return df
 
 
-def _ship_inputs(sc: Any, uris: Sequence[str]) -> Any:
+def _ship_inputs(sc: Any, uris: Sequence[str], stage: Path) -> Any:
     """Frame rows of inputs only the driver can read: pcaps go to executors with addFile and are
     decoded there; .rmqcap files (zstd, which executors need not have) are decoded here."""
     shipped, here = [], []
-    for uri, link in _stage_for_add_file(uris):
+    for uri, link in _stage_for_add_file(uris, stage):
         with open(link, "rb") as fh:
             (shipped if is_pcap(fh.read(4)) else here).append((uri, link))
     rdds = []
@@ -350,6 +360,16 @@ def _ship_inputs(sc: Any, uris: Sequence[str]) -> Any:
 
 
 # --- stage 2: plan --------------------------------------------------------------------------------
+
+
+def task_slots(sc: Any) -> int:
+    """Tasks the executors registered now run at once (0 if Spark does not say). Replay tasks must all
+    run together: Spark's default parallelism is at least 2 even for one single-core executor."""
+    try:
+        jsc = sc._jsc.sc()
+        return int(jsc.maxNumConcurrentTasks(jsc.resourceProfileManager().defaultResourceProfile()))
+    except Exception:
+        return 0
 
 
 def assign_partitions(weights: dict[Any, int], partitions: int) -> dict[Any, int]:
@@ -435,7 +455,15 @@ def run_job(spark: Any, opts: JobOptions) -> dict[str, Any]:
             f"warning: the target has no broker for {', '.join(unmatched)}; replayed on "
             f"{sorted(masters)[0]} (target brokers: {masters})",
         )
-    partitions = max(1, opts.partitions or sc.defaultParallelism)
+    slots = task_slots(sc)
+    partitions = max(
+        1, opts.partitions or (min(sc.defaultParallelism, slots) if slots else sc.defaultParallelism)
+    )
+    if slots and partitions > slots:
+        _say(
+            opts,
+            f"warning: {partitions} replay tasks, {slots} run at once: the others start their connections late",
+        )
     assign = assign_partitions(weights, partitions)
     ingest_s = time.perf_counter() - t
 

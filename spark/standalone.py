@@ -73,6 +73,7 @@ class StandaloneCluster:
     def _env(self) -> dict[str, str]:
         env = dict(os.environ)
         env.pop("PYSPARK_PYTHON", None)  # the driver decides executors' Python, not the daemons
+        env.pop("PYTHONPATH", None)  # executors' Python sees only what Spark and the job give it
         env.update(
             SPARK_HOME=str(spark_home()),
             SPARK_LOCAL_IP="127.0.0.1",

@@ -32,8 +32,9 @@ SCALE = 2
 @pytest.fixture(scope="module")
 def bare_python(tmp_path_factory: pytest.TempPathFactory) -> str:
     python = make_bare_python(tmp_path_factory.mktemp("bare") / "venv")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     for name in ("rmqgate", "pyspark", "construct", "zstandard", "lmdb"):
-        done = subprocess.run([python, "-c", f"import {name}"], capture_output=True, check=False)
+        done = subprocess.run([python, "-c", f"import {name}"], capture_output=True, check=False, env=env)
         assert done.returncode != 0, f"{python} can import {name}"
     return python
 
@@ -53,7 +54,11 @@ def test_executor_zip_imports_on_a_bare_python(bare_python: str, tmp_path: Path)
         "print(sorted({m.split('.')[0] for m in sys.modules} & {'zstandard', 'lmdb', 'rmqgate'}))"
     )
     done = subprocess.run(
-        [bare_python, "-c", probe, str(zip_path)], capture_output=True, text=True, check=False
+        [bare_python, "-c", probe, str(zip_path)],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "['rmqgate']"
