@@ -14,6 +14,7 @@ import logging
 import os
 import zlib
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from rmqgate.server import acl, acl_admin, locks, schedule, sendback, transaction
 from rmqgate.server.admin import AdminBrokerProcessor
@@ -39,6 +40,9 @@ from rmqgate.wire.bodies import KVTable
 from rmqgate.wire.codes import RequestCode, ResponseCode
 from rmqgate.wire.command import RemotingCommand
 from rmqgate.wire.errors import BodyError
+
+if TYPE_CHECKING:
+    from rmqgate.server.metrics import MetricsServer
 
 log = logging.getLogger("rmqgate.server.broker")
 
@@ -104,6 +108,12 @@ class BrokerController:
         self._register_now = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self.registered: dict[str, int] = {}  # namesrv addr -> number of successful registrations
+        self.metrics: MetricsServer | None = None
+        if config.metricsPort:  # (off: nothing in the request path)
+            from rmqgate.server.metrics import MetricsServer
+
+            self.metrics = MetricsServer([self], config.metricsPort, listen_host)
+            self.metrics.install()
 
     # -- lifecycle --
     def persist_config(self, updated: dict[str, str]) -> None:
@@ -140,8 +150,12 @@ class BrokerController:
         self._tasks.append(loop.create_task(self._stats_loop()))
         if self.acl is not None:
             self.acl.start()
+        if self.metrics is not None:
+            self.metrics.start()
 
     async def stop(self) -> None:
+        if self.metrics is not None:
+            self.metrics.stop()
         await cancel_and_wait(self._tasks)
         self._tasks.clear()
         if self.acl is not None:

@@ -57,6 +57,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="close connections idle for N s (default 120; the broker's default is broker.conf's "
         "serverChannelMaxIdleTimeSeconds)",
     )
+    parser.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        metavar="N",
+        help="serve Prometheus metrics on http://HOST:N/metrics (broker.conf metricsPort; default off)",
+    )
     parser.add_argument("--log-level", default=os.environ.get("RMQGATE_LOG_LEVEL", "INFO"))
 
 
@@ -70,6 +77,8 @@ def build_config(args: argparse.Namespace) -> BrokerConfig:
         config.listenPort = args.broker_port
     if args.namesrv_addr:
         config.namesrvAddr = args.namesrv_addr
+    if getattr(args, "metrics_port", None) is not None:
+        config.metricsPort = args.metrics_port
     config.storePathRootDir = os.path.expanduser(config.storePathRootDir)
     config.check_role()
     config.check_delay_levels()

@@ -1,0 +1,166 @@
+"""Prometheus metrics' cost: sync 1 KiB SEND_MESSAGE_V2 over N connections to a broker without
+metrics, to one with ``--metrics-port`` and nobody scraping, and to one scraped every second (as a
+busy Prometheus would), alternated round by round on the same machine. Each broker also holds
+``--topics`` topics of 8 queues with a consumer group's offsets committed on each (what every scrape
+walks). Prints sends/s, send latency p50/p99, each scrape's duration and size, and the ratios.
+
+Run: ``.venv/bin/python bench/metrics.py [--connections 16] [--seconds 8] [--rounds 2] [--topics 50]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import socket
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from broker import Server, pct, send_phase
+
+from rmqgate.server.client import RemotingClient
+from rmqgate.wire import RemotingCommand
+from rmqgate.wire.codes import RequestCode
+
+SETUPS = (
+    ("off", "no metrics"),
+    ("idle", "--metrics-port, not scraped"),
+    ("scraped", "--metrics-port, scraped every 1 s"),
+)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def server(store: str, metrics_port: int | None) -> Server:
+    conf = Path(store) / "broker.conf"
+    conf.parent.mkdir(parents=True, exist_ok=True)
+    conf.write_text(f"brokerName=bench\nstorePathRootDir={store}\n")
+    argv = [sys.executable, "-m", "rmqgate.tools.cli", "serve", "--role", "broker", "--conf", str(conf),
+            "--broker-port", "0", "--listen", "127.0.0.1", "--log-level", "WARNING"]  # fmt: skip
+    if metrics_port is not None:
+        argv += ["--metrics-port", str(metrics_port)]
+    return Server(argv)
+
+
+async def populate(port: int, topics: int) -> None:
+    """``topics`` topics of 8 queues, each with group offsets committed on every queue."""
+    client = await RemotingClient.connect("127.0.0.1", port)
+    try:
+        for i in range(topics):
+            topic = f"BenchMetricsTopic{i}"
+            ext = {"topic": topic, "readQueueNums": "8", "writeQueueNums": "8", "perm": "6",
+                   "topicFilterType": "SINGLE_TAG"}  # fmt: skip
+            assert (
+                await client.invoke(RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_TOPIC, ext))
+            ).code == 0
+            for q in range(8):
+                ext = {
+                    "consumerGroup": f"BenchMetricsGroup{i}",
+                    "topic": topic,
+                    "queueId": str(q),
+                    "commitOffset": "0",
+                }
+                await client.invoke(RemotingCommand.request(RequestCode.UPDATE_CONSUMER_OFFSET, ext))
+    finally:
+        client.close()
+
+
+class Scraper(threading.Thread):
+    """GET /metrics once a second; keeps each scrape's seconds and bytes."""
+
+    def __init__(self, port: int) -> None:
+        super().__init__(daemon=True)
+        self.url = f"http://127.0.0.1:{port}/metrics"
+        self.stop_event = threading.Event()
+        self.durations: list[float] = []
+        self.sizes: list[int] = []
+
+    def run(self) -> None:
+        while not self.stop_event.is_set():
+            t0 = time.perf_counter()
+            with urllib.request.urlopen(self.url, timeout=10) as resp:
+                body = resp.read()
+            self.durations.append(time.perf_counter() - t0)
+            self.sizes.append(len(body))
+            self.stop_event.wait(1.0)
+
+
+def one_run(setup: str, args: argparse.Namespace) -> tuple[float, list[float], Scraper | None]:
+    with tempfile.TemporaryDirectory(prefix="rmqgate-bench-metrics-") as tmp:
+        port = None if setup == "off" else free_port()
+        srv = server(tmp, port)
+        scraper = None
+        try:
+            asyncio.run(populate(srv.port, args.topics))
+            if setup == "scraped":
+                assert port is not None
+                scraper = Scraper(port)
+                scraper.start()
+            n, lat = asyncio.run(
+                send_phase(srv.port, args.connections, args.seconds, args.size, "BenchMetrics")
+            )
+            if scraper is not None:
+                scraper.stop_event.set()
+                scraper.join(15)
+        finally:
+            srv.stop()
+    return n / args.seconds, lat, scraper
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--connections", type=int, default=16)
+    ap.add_argument("--seconds", type=float, default=8.0)
+    ap.add_argument("--size", type=int, default=1024)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--topics", type=int, default=50)
+    args = ap.parse_args()
+    rates: dict[str, list[float]] = {name: [] for name, _ in SETUPS}
+    best: dict[str, tuple[float, list[float]]] = {}
+    scrapes: list[Scraper] = []
+    for _ in range(args.rounds):
+        for name, _ in SETUPS:
+            rate, lat, scraper = one_run(name, args)
+            rates[name].append(rate)
+            if scraper is not None:
+                scrapes.append(scraper)
+            if name not in best or rate > best[name][0]:
+                best[name] = (rate, lat)
+    print(
+        f"\nmetrics bench: {args.connections} connections, sync {args.size} B SEND_MESSAGE_V2 for "
+        f"{args.seconds:.0f} s each; {args.topics} topics x 8 queues with a group's offsets\n"
+    )
+    print(f"{'broker':36} {'sends/s':>10} {'p50 ms':>8} {'p99 ms':>8}")
+    for name, label in SETUPS:
+        rate, lat = best[name]
+        print(f"{label:36} {rate:10.0f} {pct(lat, 0.5):8.2f} {pct(lat, 0.99):8.2f}")
+    durations = [d for s in scrapes for d in s.durations]
+    sizes = [n for s in scrapes for n in s.sizes]
+    if durations:
+        print(
+            f"\n{len(durations)} scrapes: median {statistics.median(durations) * 1000:.1f} ms, "
+            f"max {max(durations) * 1000:.1f} ms, {statistics.median(sizes) / 1024:.0f} KiB each"
+        )
+    print(f"\nbest of {args.rounds} alternating rounds; runs: " + ", ".join(
+        f"{name} {[round(r) for r in rates[name]]}" for name, _ in SETUPS))  # fmt: skip
+    for name in ("idle", "scraped"):
+        per_round = [x / o for o, x in zip(rates["off"], rates[name], strict=True)]
+        print(f"{name} / off per round: {', '.join(f'{r:.0%}' for r in per_round)}; "
+              f"best vs best {best[name][0] / best['off'][0]:.0%}")  # fmt: skip
+    per_round = [x / o for o, x in zip(rates["idle"], rates["scraped"], strict=True)]
+    print(f"scraped / idle per round: {', '.join(f'{r:.0%}' for r in per_round)}; "
+          f"best vs best {best['scraped'][0] / best['idle'][0]:.0%}")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,207 @@
+"""Prometheus metrics (server/metrics.py): a live broker's /metrics parsed with prometheus_client's
+parser and checked against the admin answers mqadmin reads (consumerProgress, brokerStatus)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import urllib.request
+from typing import Any
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from rmqgate.server.metrics import (
+    BUCKETS,
+    BrokerSnapshot,
+    LatencyHistogram,
+    MetricsServer,
+    RocketMQCollector,
+    TimedProcessor,
+    pmdt,
+)
+from rmqgate.server.testing import LocalBroker, async_test, heartbeat, pull_cmd, send_v2
+from rmqgate.wire.bodies import ConsumeStats
+from rmqgate.wire.codes import RequestCode as R
+from rmqgate.wire.command import RemotingCommand
+
+Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+
+def parse(text: str) -> tuple[Samples, dict[str, str]]:
+    """Every sample by (name, labels), and every family's type."""
+    samples: Samples = {}
+    types: dict[str, str] = {}
+    for family in text_string_to_metric_families(text):
+        types[family.name] = family.type
+        for s in family.samples:
+            samples[(s.name, frozenset(s.labels.items()))] = s.value
+    return samples, types
+
+
+def value(samples: Samples, name: str, **labels: str) -> float:
+    """The one sample of ``name`` whose labels include ``labels``."""
+    found = [v for (n, ls), v in samples.items() if n == name and set(labels.items()) <= ls]
+    assert len(found) == 1, (name, labels, found)
+    return found[0]
+
+
+def scrape(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
+        return resp.read().decode()
+
+
+def test_histogram_buckets_and_put_distribute_time() -> None:
+    h = LatencyHistogram()
+    for seconds in (0.00005, 0.0004, 0.0009, 0.003, 0.03, 0.3, 2.5, 30.0):
+        h.observe(seconds)
+    assert sum(h.counts) == 8
+    assert h.counts[0] == 1  # <= 0.1 ms
+    assert h.counts[-1] == 1  # above 10 s
+    assert abs(h.total - 32.83435) < 1e-9
+    assert tuple(sorted(BUCKETS)) == BUCKETS
+    assert dict(pmdt(h.counts)) == {
+        "0ms": 3, "0to10ms": 1, "10to50ms": 1, "50to100ms": 0, "100to200ms": 0, "200to500ms": 1,
+        "500to1s": 0, "1to2s": 0, "2to3s": 1, "3to4s": 0, "4to5s": 0, "5to10s": 0, "10stomore": 1,
+    }  # fmt: skip
+
+
+def _snapshot(broker: str, addr: str) -> BrokerSnapshot:
+    return BrokerSnapshot(
+        cluster="C",
+        broker=broker,
+        addr=addr,
+        runtime={
+            "msgPutTotalTodayNow": "7",
+            "putTps": "1.5 2.0 ",
+            "bootTimestamp": "1",
+            "brokerVersion": "413",
+        },
+        commitlog_dir_total=100,
+        commitlog_dir_free=40,
+        broker_put_tps=3.0,
+        broker_get_tps=None,
+        topics={"T": (7, 0.5), "%RETRY%G": (2, None), "%DLQ%G": (1, None)},
+        queues={("T", "G"): [(0, 5, 3, 1200), (1, 2, 2, 0)]},
+        group_tps={("T", "G"): 0.25},
+        send_latency=([1] + [0] * len(BUCKETS), 0.00005),
+        pull_latency=([0] * (len(BUCKETS) + 1), 0.0),
+    )
+
+
+def test_every_broker_is_labelled_by_its_name() -> None:
+    collector = RocketMQCollector([], asyncio.new_event_loop())
+    families = collector.families([_snapshot("broker-a", "h:1"), _snapshot("broker-b", "h:2")])
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    class Fixed:
+        def collect(self) -> Any:
+            return families
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(Fixed())  # type: ignore[arg-type]
+    samples, types = parse(generate_latest(registry).decode())
+    for b, addr in (("broker-a", "h:1"), ("broker-b", "h:2")):
+        assert value(samples, "rocketmq_producer_offset", broker=b, topic="T", cluster="C") == 7
+        assert value(samples, "rocketmq_producer_tps", broker=b, topic="T") == 0.5
+        assert value(samples, "rocketmq_topic_retry_offset", broker=b, topic="%RETRY%G") == 2
+        assert value(samples, "rocketmq_topic_dlq_offset", broker=b, group="G") == 1
+        assert value(samples, "rocketmq_consumer_offset", broker=b, topic="T", group="G") == 5
+        assert value(samples, "rocketmq_message_accumulation", broker=b, topic="T", group="G") == 2
+        assert value(samples, "rocketmq_queue_accumulation", broker=b, group="G", queueid="0") == 2
+        assert value(samples, "rocketmq_group_get_latency", broker=b, group="G", queueid="0") == 1200
+        assert value(samples, "rocketmq_group_get_latency_by_storetime", broker=b, group="G") == 1200
+        assert value(samples, "rocketmq_consumer_tps", broker=b, group="G") == 0.25
+        assert value(samples, "rocketmq_broker_tps", broker=b, brokerIP=addr) == 3.0
+        rl = {"brokerIP": addr, "boottime": "1", "broker_version": "413"}
+        assert value(samples, "rocketmq_brokeruntime_msg_put_total_today_now", **rl) == 7
+        assert value(samples, "rocketmq_brokeruntime_put_tps10", **rl) == 1.5
+        assert value(samples, "rocketmq_brokeruntime_put_tps60", **rl) == 2.0
+        assert value(samples, "rocketmq_brokeruntime_commitlogdir_capacity_free", **rl) == 40
+        assert value(samples, "rocketmq_brokeruntime_pmdt_0ms", **rl) == 1
+        assert value(samples, "rocketmq_broker_send_latency_seconds_count", broker=b) == 1
+    assert not [k for k in samples if k[0] == "rocketmq_brokeruntime_put_tps600"]  # window not covered
+    assert not [k for k in samples if k[0] == "rocketmq_broker_qps"]  # no stats item yet
+    assert types["rocketmq_broker_send_latency_seconds"] == "histogram"
+    assert types["rocketmq_producer_tps"] == "gauge"
+    assert types["rocketmq_broker_transaction_checks"] == "counter"
+
+
+def _table(answer: RemotingCommand) -> dict[str, str]:
+    return json.loads(answer.body)["table"]
+
+
+@async_test
+async def test_live_broker_figures_match_the_admin_answers(tmp_path: Any) -> None:
+    async with LocalBroker(str(tmp_path)) as lb:
+        broker = lb.broker
+        metrics = MetricsServer([broker], 0, "127.0.0.1")
+        metrics.install()  # (after start: the processor table is the channels' own dict)
+        metrics.start()
+        try:
+            c = await lb.client()
+            ext = {
+                "topic": "MT",
+                "readQueueNums": "2",
+                "writeQueueNums": "2",
+                "perm": "6",
+                "topicFilterType": "SINGLE_TAG",
+            }
+            assert (await c.invoke(RemotingCommand.request(R.UPDATE_AND_CREATE_TOPIC, ext))).code == 0
+            for i in range(8):
+                assert (await c.invoke(send_v2("MT", b"x" * 100, queue_id=i % 2))).code == 0
+            assert (await c.invoke(heartbeat("metrics-client", "MG", "MT"))).code == 0
+            found = await c.invoke(pull_cmd("MT", 0, queue_id=0, group="MG", suspend_ms=0, sys_flag=0))
+            assert found.code == 0
+            commits = (("0", "3"), ("1", "1"))
+            for qid, off in commits:
+                ext = {"consumerGroup": "MG", "topic": "MT", "queueId": qid, "commitOffset": off}
+                assert (await c.invoke(RemotingCommand.request(R.UPDATE_CONSUMER_OFFSET, ext))).code == 0
+            text = await asyncio.to_thread(scrape, metrics.port)
+            ask = RemotingCommand.request(R.GET_CONSUME_STATS, {"consumerGroup": "MG", "topic": "MT"})
+            progress = ConsumeStats.from_json((await c.invoke(ask)).body)
+            runtime = _table(await c.invoke(RemotingCommand.request(R.GET_BROKER_RUNTIME_INFO, {})))
+            c.close()
+        finally:
+            metrics.stop()
+    samples, _ = parse(text)
+    b = {"cluster": broker.config.brokerClusterName, "broker": "broker-t"}
+    assert value(samples, "rocketmq_producer_offset", topic="MT", **b) == 8
+    consumer_total = 0
+    assert len(progress.offset_table) == 2
+    for mq, w in progress.offset_table.items():
+        consumer_total += w.consumer_offset
+        got = value(
+            samples, "rocketmq_queue_accumulation", topic="MT", group="MG", queueid=str(mq.queue_id), **b
+        )
+        assert got == w.broker_offset - w.consumer_offset
+    assert consumer_total == 4
+    assert value(samples, "rocketmq_consumer_offset", topic="MT", group="MG", **b) == consumer_total
+    assert value(samples, "rocketmq_message_accumulation", topic="MT", group="MG", **b) == 8 - 4
+    assert value(samples, "rocketmq_group_get_latency_by_storetime", topic="MT", group="MG", **b) >= 0
+    assert value(samples, "rocketmq_broker_send_latency_seconds_count", **b) >= 8
+    assert value(samples, "rocketmq_broker_pull_latency_seconds_count", **b) == 1
+    assert value(samples, "rocketmq_producer_message_size", topic="MT", **b) > 0
+    assert value(samples, "rocketmq_consumer_message_size", topic="MT", group="MG", **b) > 0
+    assert value(samples, "rocketmq_broker_connections", **b) == 1
+    assert value(samples, "rocketmq_broker_pull_suspended", **b) == 0
+    for key, name in (
+        ("msgPutTotalTodayNow", "msg_put_total_today_now"),
+        ("msgGetTotalTodayNow", "msg_gettotal_today_now"),
+        ("putMessageTimesTotal", "putmessage_times_total"),
+        ("commitLogMaxOffset", "commitlog_maxoffset"),
+        ("commitLogDiskRatio", "commitlog_disk_ratio"),
+    ):
+        assert value(samples, f"rocketmq_brokeruntime_{name}", brokerIP=broker.config.broker_addr) == float(
+            runtime[key]
+        ), key
+    assert value(samples, "rocketmq_brokeruntime_msg_put_total_today_now") == 8
+    assert value(samples, "rocketmq_brokeruntime_msg_gettotal_today_now") == 4
+
+
+@async_test
+async def test_metrics_off_leaves_the_request_path_alone(tmp_path: Any) -> None:
+    async with LocalBroker(str(tmp_path)) as lb:
+        assert lb.broker.metrics is None
+        table = lb.broker.server.table
+        assert not any(isinstance(p, TimedProcessor) for p in table.values())
+        assert table[int(R.SEND_MESSAGE_V2)] is lb.broker.send_processor
