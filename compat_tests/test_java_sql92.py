@@ -55,21 +55,17 @@ def test_sql92_push_pull_and_lite_pull_get_exactly_their_messages(
 OFF = ("enablePropertyFilter = true", "enablePropertyFilter = false")
 
 
-@pytest.fixture(scope="module")
-def filter_off_pair(
-    java_classes: dict[int, Path], tmp_path_factory: pytest.TempPathFactory
+def _fresh_pair(
+    java_classes: dict[int, Path], workdir: Path, gate_conf: str, java_conf: str
 ) -> Iterator[BrokerPair]:
-    """A fresh rmqgate and a fresh Java pair, both with enablePropertyFilter=false (the default)."""
-    workdir = tmp_path_factory.mktemp("sql92-off-pair")
+    """A fresh rmqgate and a fresh Java pair with these broker.conf texts, stopped after."""
     (workdir / "rmqgate").mkdir()
-    assert OFF[0] in BROKER_CONF and "enablePropertyFilter=true" in java.JAVA_BROKER_CONF
-    server = ServerProcess(workdir / "rmqgate", conf=BROKER_CONF.replace(*OFF))
+    server = ServerProcess(workdir / "rmqgate", conf=gate_conf)
     _STARTED.append(server)
     try:
         server.wait_ready()
         addr, name, cluster_name = discover_broker(server.namesrv)
         gate = Cluster(server.namesrv, addr, name, cluster_name, True, server.log_path, server.store)
-        java_conf = java.JAVA_BROKER_CONF.replace("enablePropertyFilter=true", "enablePropertyFilter=false")
         java_cluster, java_servers = start_java_cluster(workdir / "java", extra_conf=java_conf)
         try:
             yield BrokerPair({"rmqgate": gate, "java": java_cluster}, java_classes, workdir / "client-logs")
@@ -78,6 +74,52 @@ def filter_off_pair(
                 jserver.stop()
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="module")
+def filter_off_pair(
+    java_classes: dict[int, Path], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[BrokerPair]:
+    """Both brokers with enablePropertyFilter=false (the default)."""
+    assert OFF[0] in BROKER_CONF and "enablePropertyFilter=true" in java.JAVA_BROKER_CONF
+    java_conf = java.JAVA_BROKER_CONF.replace("enablePropertyFilter=true", "enablePropertyFilter=false")
+    yield from _fresh_pair(
+        java_classes, tmp_path_factory.mktemp("sql92-off-pair"), BROKER_CONF.replace(*OFF), java_conf
+    )
+
+
+@pytest.fixture(scope="module")
+def retry_filter_pair(
+    java_classes: dict[int, Path], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[BrokerPair]:
+    """Both brokers with enablePropertyFilter=true and filterSupportRetry=true."""
+    yield from _fresh_pair(
+        java_classes,
+        tmp_path_factory.mktemp("sql92-retry-pair"),
+        BROKER_CONF + "filterSupportRetry = true\n",
+        java.JAVA_BROKER_CONF + "filterSupportRetry=true\n",
+    )
+
+
+def test_retry_topic_filtered_by_the_original_expression_with_filter_support_retry(
+    retry_filter_pair: BrokerPair, broker_pair: BrokerPair, uniq
+):
+    """With filterSupportRetry a group's retry-topic messages are filtered by the SQL92 expression of
+    the topic named in their RETRY_TOPIC (ExpressionForRetryMessageFilter): of two put in the retry
+    topic only the a=1 one reaches the "a = 1" consumer; without it (the session pair) both do."""
+    received = {}
+    for label, pair in (("retry", retry_filter_pair), ("plain", broker_pair)):
+        topic = uniq()
+        pair.create_topic(topic, 4)
+        names = {k: uniq(k) for k in ("group", "producerGroup")}
+        # routed before the consumer starts: its first route lookup is what finds the retry queue
+        pair.create_topic(f"%RETRY%{names['group']}", 1)
+        results = pair.run("SqlFilterRetry", 4, "JSON", {"topic": topic, **names})
+        pair.assert_same(results)
+        got = {broker: result["data"]["received"] for broker, result in results.items()}
+        assert got["rmqgate"] == got["java"], (label, got)
+        received[label] = got["java"]
+    assert received == {"retry": "direct-1,retry-1", "plain": "direct-1,retry-1,retry-2"}
 
 
 @pytest.mark.parametrize("version", CLIENT_VERSIONS, ids=lambda v: f"client{v}")
