@@ -47,6 +47,26 @@ from rmqgate.tools.capture_cli import add_pcap_convert  # noqa: E402 - its owner
 ACTIONS["convert"] = add_pcap_convert
 
 
+def _add_dissector(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "dissector",
+        help="write a Wireshark Lua dissector for RocketMQ",
+        description="Print a Wireshark Lua dissector generated from rmqgate's wire declarations; "
+        "save it as ~/.local/lib/wireshark/plugins/rocketmq.lua or pass it to tshark -X lua_script:FILE.",
+    )
+    p.set_defaults(_pcap_action=_dissector)
+
+
+def _dissector(args: argparse.Namespace) -> int:
+    from rmqgate.tools.dissector import generate
+
+    sys.stdout.write(generate())
+    return 0
+
+
+ACTIONS["dissector"] = _add_dissector
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="pcap_action", metavar="ACTION")
     for add in ACTIONS.values():
