@@ -35,6 +35,9 @@ setup: $(STAMP) $(CLIENTS)/.installed
 	@command -v javac >/dev/null 2>&1 || { \
 	  echo "installing a JDK (Spark, the stock Java RocketMQ servers and the Java client programs)"; \
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jdk-headless) ; }
+	@command -v tshark >/dev/null 2>&1 || { \
+	  echo "installing tshark (the Wireshark dissector's tests)"; \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq tshark) ; }
 
 serve: $(STAMP)
 	$(BIN)/rmqgate serve
