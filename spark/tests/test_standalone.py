@@ -168,3 +168,22 @@ def test_standalone_cluster_matches_local(
     assert (driver_dir / "outcomes" / "_SUCCESS").exists()
     assert list((driver_dir / "frames").glob("frames-*.parquet/_SUCCESS"))
     assert spark.read.parquet(str(driver_dir / "outcomes")).count() == on_cluster["requests"]
+
+
+def test_inputs_sharing_a_base_name_are_shipped_apart(tmp_path: Path) -> None:
+    """addFile hands executors each file under its base name: two captures named alike get copies
+    with distinct names, a unique one is sent as it is."""
+    from rmqgate.spark.job import _stage_for_add_file
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    one, two, other = tmp_path / "a" / "x.pcap", tmp_path / "b" / "x.pcap", tmp_path / "a" / "y.pcap"
+    for i, p in enumerate((one, two, other)):
+        p.write_bytes(bytes([i]) * 10)
+    stage = tmp_path / "stage"
+    staged = _stage_for_add_file([one.as_uri(), str(two), str(other)], stage)
+    assert [uri for uri, _ in staged] == [one.as_uri(), str(two), str(other)]
+    names = [Path(f).name for _, f in staged]
+    assert len(set(names)) == 3 and names[2] == "y.pcap"
+    assert [Path(f).read_bytes() for _, f in staged] == [b"\0" * 10, b"\1" * 10, b"\2" * 10]
+    assert all(Path(f).parent == stage for _, f in staged[:2])
