@@ -506,7 +506,28 @@ def _between(value: Node, low: Node, high: Node) -> Node:
                 f"Illegal values of between, left value({_plain(low)}) must less than or equal to "
                 f"right value({_plain(high)})"
             )
-    return _and(_ge(value, low), _le(value, high))
+    node = _and(_ge(value, low), _le(value, high))
+    if value.is_property and low.is_const and low.jclass in (INT, LONG) and high.jclass == low.jclass:
+        node.fn = _property_between(value.text, low)(low.const, high.const)  # same result, one read
+    return node
+
+
+def _property_between(name: str, low: Node) -> Callable[[int, int], Eval]:
+    """``property BETWEEN lo AND hi`` with integer bounds of one class as one closure: the property
+    read once and converted once (both comparisons would convert it alike, or both throw)."""
+    lo_hi = (_INT_MIN, _INT_MAX) if low.jclass == INT else (_LONG_MIN, _LONG_MAX)
+
+    def make(lo: int, hi: int) -> Eval:
+        def between(p: Props) -> bool | None:
+            v = p.get(name)
+            if v is None:
+                return None
+            x = java_integer(v, *lo_hi)
+            return lo <= x <= hi
+
+        return between
+
+    return make
 
 
 def _plain(node: Node) -> str:
