@@ -187,3 +187,28 @@ def test_inputs_sharing_a_base_name_are_shipped_apart(tmp_path: Path) -> None:
     assert len(set(names)) == 3 and names[2] == "y.pcap"
     assert [Path(f).read_bytes() for _, f in staged] == [b"\0" * 10, b"\1" * 10, b"\2" * 10]
     assert all(Path(f).parent == stage for _, f in staged[:2])
+
+
+def test_driver_side_inputs_pcap_shipped_rmqcap_decoded_here(spark, corpus: Path, tmp_path: Path) -> None:
+    """What a cluster's executors get for inputs on the driver's disk: the same rows as decoding them
+    in place (pcap: sent with addFile and decoded by a task; .rmqcap: decoded by the driver)."""
+    from rmqgate.spark.frames import FRAME_COLUMNS
+    from rmqgate.spark.job import _ship_inputs
+
+    pcap = corpus / "pcap" / f"{CAPTURE}.pcap"
+    rmqcap = tmp_path / f"{CAPTURE}.rmqcap"
+    done = subprocess.run(
+        [sys.executable, "-m", "rmqgate.tools.cli", "pcap", "convert", str(pcap), "-o", str(rmqcap)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    uris = [pcap.as_uri(), rmqcap.as_uri()]
+    rows = _ship_inputs(spark.sparkContext, uris, tmp_path / "stage").collect()
+    for uri, path in zip(uris, (pcap, rmqcap), strict=True):
+        got = [r for r in rows if r["source"] == uri]
+        want = rows_from_path(str(path))
+        assert len(got) == len(want) > 0
+        keys = [name for name, _ in FRAME_COLUMNS if name not in ("source", "conn")]
+        assert [[r[k] for k in keys] for r in got] == [[r[k] for k in keys] for r in want]
