@@ -104,6 +104,19 @@ EVALUATIONS = [
     ("a > 1e2", {"a": "Infinity"}, True, "(a > 100.0)"),
     ("a < 1", {"a": "0x0p0"}, "exc", "(a < 1)"),
     ("a + 1 = 2", {}, None, "a"),
+    ("a BETWEEN 1 AND 3000000000", {"a": "2500000000"}, "exc", "((a >= 1) && (a <= 3000000000))"),
+    ("a BETWEEN 1 AND 3000000000", {"a": "2"}, True, "((a >= 1) && (a <= 3000000000))"),
+    (
+        "a BETWEEN 3000000000 AND 4000000000",
+        {"a": "3500000000"},
+        True,
+        "((a >= 3000000000) && (a <= 4000000000))",
+    ),
+    ("a NOT BETWEEN 1 AND 3", {"a": "x"}, "exc", "((a < 1) || (a > 3))"),
+    ("a BETWEEN 1L AND 3L", {"a": "+2"}, True, "((a >= 1) && (a <= 3))"),
+    ("a BETWEEN 1 AND 3 OR b = 1", {"a": "x", "b": "1"}, "exc", "(((a >= 1) && (a <= 3)) || (b == 1))"),
+    ("b = 1 AND a BETWEEN 1 AND 3", {"a": "x"}, "exc", "((b == 1) && ((a >= 1) && (a <= 3)))"),
+    ("a BETWEEN 1 AND 3.5", {"a": "2.5"}, "exc", "((a >= 1) && (a <= 3.5))"),
 ]
 
 # (expression, the remark 4.9.8 answers CHECK_CLIENT_CONFIG with: MQFilterException.getMessage())
