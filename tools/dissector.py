@@ -909,7 +909,7 @@ local function body_of(tree, range, ctx, env, pinfo)
     end
     item:add(F["rocketmq.messages"], range, n)
   elseif kind == "RegisterBrokerBody" and env.ext.compressed == "true" then
-    tree:add(F["rocketmq.body_type"], range, "RegisterBrokerBody (compressed)")
+    item:add(F["rocketmq.body_type"], range, "RegisterBrokerBody (compressed)")
     local inflated = range:uncompress("Inflated RegisterBrokerBody")
     if inflated then
       local sub = item:add(rmq, inflated, "CompressedRegisterBrokerBody")

@@ -2,7 +2,8 @@
 
 The tshark tests run Debian's tshark (``make setup`` installs it) with the generated Lua script on
 every capture of the corpus and compare each RocketMQ frame's code, opaque, flag, serialization,
-remark and extFields with what ``rmqgate pcap decode --json`` reports; crafted captures check the
+remark and extFields with what ``rmqgate pcap decode --json`` reports, and the stored messages of
+pull/view responses and the elements of batches with what the codec reads from the same bodies; crafted captures check the
 heuristic on another port and that garbage or cut-short frames never raise a Lua error.
 """
 
@@ -23,6 +24,8 @@ from scapy.all import IP, TCP, Ether, Raw, wrpcap
 
 from rmqgate.tools.cli import main
 from rmqgate.tools.dissector import (
+    REQUEST_BODIES,
+    RESPONSE_BODIES,
     ext_field_names,
     generate,
     json_header_keys,
@@ -32,9 +35,11 @@ from rmqgate.tools.dissector import (
 from rmqgate.tools.pcap import read_frames
 from rmqgate.tools.pcap_cli import frame_json
 from rmqgate.wire import RemotingCommand, encode_frame
+from rmqgate.wire.bodies import DataVersion, RegisterBrokerBody, TopicConfig, TopicConfigSerializeWrapper
 from rmqgate.wire.codes import RequestCode, ResponseCode, SerializeType
-from rmqgate.wire.headers import SendMessageRequestHeader
-from rmqgate.wire.message import StoredMessage
+from rmqgate.wire.command import RESPONSE_FLAG
+from rmqgate.wire.headers import RegisterBrokerRequestHeader, SendMessageRequestHeader
+from rmqgate.wire.message import StoredMessage, decode_batch, iter_messages
 
 _CORPUS = Path(os.environ.get("RMQGATE_CORPUS", Path(__file__).resolve().parents[3] / "shared" / "corpus"))
 PCAPS = sorted(p.relative_to(_CORPUS).as_posix() for p in _CORPUS.glob("pcap*/*.pcap"))
@@ -114,6 +119,18 @@ def _no_lua_error(proc: subprocess.CompletedProcess[str]) -> None:
         assert "Lua Error" not in stream and "Lua: Error" not in stream
 
 
+_COLLECTED = (
+    "rocketmq.code",
+    "rocketmq.opaque",
+    "rocketmq.flag",
+    "rocketmq.serialize",
+    "rocketmq.remark",
+    "rocketmq.msg.topic",
+    "rocketmq.msg.queue_offset",
+    "rocketmq.batch.body_length",
+)
+
+
 def _walk(node: Any, found: dict[str, list[Any]]) -> None:
     """Collect field values of one rocketmq tree; extFields as (key, value) pairs in order."""
     if isinstance(node, list):
@@ -125,14 +142,8 @@ def _walk(node: Any, found: dict[str, list[Any]]) -> None:
     if "rocketmq.ext_key" in node and "rocketmq.ext_value" in node:
         found["ext"].append((node["rocketmq.ext_key"], node["rocketmq.ext_value"]))
     for key, value in node.items():
-        if key in (
-            "rocketmq.code",
-            "rocketmq.opaque",
-            "rocketmq.flag",
-            "rocketmq.serialize",
-            "rocketmq.remark",
-        ):
-            found[key].append(value)
+        if key in _COLLECTED:
+            found[key].extend(value if isinstance(value, list) else [value])
         _walk(value, found)
 
 
@@ -158,15 +169,40 @@ def _dissected(lua: Path, pcap: Path) -> dict[tuple[str, str], list[dict[str, An
                     "serialize": SerializeType(int(found["rocketmq.serialize"][0])).name,
                     "remark": (found["rocketmq.remark"] or [None])[0] or None,
                     "ext_fields": dict(found["ext"]),
+                    "messages": [
+                        (topic, int(offset))
+                        for topic, offset in zip(
+                            found["rocketmq.msg.topic"], found["rocketmq.msg.queue_offset"], strict=True
+                        )
+                    ],
+                    "batch": [int(n) for n in found["rocketmq.batch.body_length"]],
                 }
             )
     return out
 
 
+def _bodies(frame: Any, requests: dict[tuple[str, int], int]) -> tuple[list[tuple[str, int]], list[int]]:
+    """(stored messages of a pull/view response, body lengths of a batch's elements)."""
+    cmd = frame.command
+    if not cmd.flag & RESPONSE_FLAG:
+        requests[(frame.conn_id, cmd.opaque)] = cmd.code
+        kind = REQUEST_BODIES.get(cmd.code)
+    else:
+        asked = requests.get((frame.conn_id, cmd.opaque))
+        kind = RESPONSE_BODIES.get(asked) if cmd.code == 0 and asked is not None else None
+    if kind == "BatchMessage" and cmd.body:
+        return [], [len(entry.body) for entry in decode_batch(cmd.body)]
+    if kind == "StoredMessage" and cmd.body:
+        return [(m.topic, m.queue_offset) for m in iter_messages(cmd.body)], []
+    return [], []
+
+
 def _decoded(pcap: Path) -> dict[tuple[str, str], list[dict[str, Any]]]:
     out: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    requests: dict[tuple[str, int], int] = {}
     for frame in read_frames(pcap):
         obj = frame_json(frame)
+        messages, batch = _bodies(frame, requests)
         out[(str(obj["src"]), str(obj["dst"]))].append(
             {
                 "code": obj["code"],
@@ -175,6 +211,8 @@ def _decoded(pcap: Path) -> dict[tuple[str, str], list[dict[str, Any]]]:
                 "serialize": obj["serialize"],
                 "remark": obj["remark"] or None,
                 "ext_fields": obj["ext_fields"],
+                "messages": messages,
+                "batch": batch,
             }
         )
     return out
@@ -302,3 +340,23 @@ def test_a_frame_cut_by_the_snapshot_length_raises_no_lua_error(lua_script: Path
     pcap.write_bytes(bytes(raw))
     proc = _tshark(lua_script, pcap, "-V")
     _no_lua_error(proc)
+
+
+@needs_tshark
+def test_a_compressed_register_broker_body_is_inflated_and_read(lua_script: Path, tmp_path: Path) -> None:
+    topics = {"TopicA": TopicConfig(topic_name="TopicA", read_queue_nums=4, write_queue_nums=4)}
+    body = RegisterBrokerBody(TopicConfigSerializeWrapper(topics, DataVersion(1795312001858, 7)), [])
+    header = RegisterBrokerRequestHeader(
+        "broker-a", "127.0.0.1:10911", "DefaultCluster", "127.0.0.1:10912", 0
+    )
+    header.compressed = True
+    cmd = RemotingCommand(int(RequestCode.REGISTER_BROKER), opaque=9, ext_fields=header.to_ext())
+    cmd.body = body.encode(compressed=True)
+    pcap = tmp_path / "register.pcap"
+    wrpcap(str(pcap), _packets(9876, [encode_frame(cmd)]))
+    proc = _tshark(lua_script, pcap, "-V")
+    _no_lua_error(proc)
+    assert "compressed: true" in proc.stdout
+    assert "RegisterBrokerBody (compressed)" in proc.stdout
+    assert "TopicA 4 4 6 SINGLE_TAG" in proc.stdout
+    assert '"counter":7' in proc.stdout
