@@ -205,3 +205,29 @@ async def test_metrics_off_leaves_the_request_path_alone(tmp_path: Any) -> None:
         table = lb.broker.server.table
         assert not any(isinstance(p, TimedProcessor) for p in table.values())
         assert table[int(R.SEND_MESSAGE_V2)] is lb.broker.send_processor
+
+
+@async_test
+async def test_metrics_port_in_broker_conf_serves_metrics(tmp_path: Any) -> None:
+    import argparse
+    import socket
+
+    from rmqgate.server.main import add_arguments, build_config
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    assert build_config(parser.parse_args(["--store", str(tmp_path / "s")])).metricsPort == 0
+    args = parser.parse_args(["--store", str(tmp_path / "s"), "--metrics-port", "9977"])
+    assert build_config(args).metricsPort == 9977
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    async with LocalBroker(str(tmp_path / "b"), metricsPort=port) as lb:
+        assert isinstance(lb.broker.server.table[int(R.SEND_MESSAGE_V2)], TimedProcessor)
+        assert isinstance(lb.broker.server.table[int(R.PULL_MESSAGE)], TimedProcessor)
+        c = await lb.client()
+        assert (await c.invoke(send_v2("AutoT", b"abc"))).code == 0
+        samples, _ = parse(await asyncio.to_thread(scrape, port))
+        c.close()
+    assert value(samples, "rocketmq_broker_send_latency_seconds_count", broker="broker-t") == 1
+    assert value(samples, "rocketmq_producer_offset", topic="AutoT") == 1
