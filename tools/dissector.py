@@ -455,6 +455,45 @@ local STRUCTS = {}
 
 local f_tcp_stream = Field.new("tcp.stream")
 
+-- Text shown in the tree is valid UTF-8 whatever the bytes were: invalid sequences (and NUL, which
+-- would end a C string) become U+FFFD; clipped text ends on a character boundary.
+local REPLACEMENT = "\239\191\189"
+
+local function utf8_clean(s)
+  if not s:find("[\0\128-\255]") then return s end
+  local out, i, n = {}, 1, #s
+  while i <= n do
+    local c = s:byte(i)
+    local len = 0
+    if c > 0 and c < 0x80 then len = 1
+    elseif c >= 0xC2 and c < 0xE0 then len = 2
+    elseif c >= 0xE0 and c < 0xF0 then len = 3
+    elseif c >= 0xF0 and c < 0xF5 then len = 4 end
+    local ok = len > 0 and i + len - 1 <= n
+    if ok then
+      for j = i + 1, i + len - 1 do
+        local b = s:byte(j)
+        if b < 0x80 or b > 0xBF then ok = false; break end
+      end
+    end
+    if ok then
+      out[#out + 1] = s:sub(i, i + len - 1); i = i + len
+    else
+      out[#out + 1] = REPLACEMENT; i = i + 1
+    end
+  end
+  return table.concat(out)
+end
+
+local function clip(s, n)
+  if #s <= n then return s end
+  local cut = n
+  while cut > 0 and band(s:byte(cut + 1), 0xC0) == 0x80 do cut = cut - 1 end
+  return s:sub(1, cut) .. "\226\128\166"
+end
+
+local LABEL_MAX = 200
+
 -- ---------------------------------------------------------------------------------------------
 -- JSON: a small tolerant parser (fastjson also writes unquoted integer keys) keeping byte offsets.
 
@@ -468,6 +507,7 @@ local function json_parse(s)
     end
   end
   local function utf8(cp)
+    if cp >= 0xD800 and cp < 0xE000 then return REPLACEMENT end  -- a lone surrogate
     if cp < 0x80 then return string.char(cp) end
     if cp < 0x800 then return string.char(0xC0 + rshift(cp, 6), 0x80 + band(cp, 0x3F)) end
     if cp < 0x10000 then
@@ -628,7 +668,7 @@ local function walk(d, name, tvb, off, tree, ctx, env)
     local len = d.signed and lr:int() or lr:uint()
     if len < 0 then error(name .. " length " .. len .. " is negative") end
     local range = tvb(off, d.prefix + len)
-    local text = len > 0 and tvb(off + d.prefix, len):string(ENC_UTF_8) or ""
+    local text = len > 0 and utf8_clean(tvb(off + d.prefix, len):raw()) or ""
     ctx[name] = text
     ctx["@" .. name] = tree:add(d.f, range, text)
     ctx["^" .. name] = off
@@ -691,7 +731,7 @@ local function add_ext(tree, key, value, range, env)
     item = tree:add(named, range, value)
   else
     item = tree:add(F["rocketmq.ext"], range, label)
-    item:set_text(label)
+    item:set_text(clip(label, LABEL_MAX))
   end
   local hidden = item:add(F["rocketmq.ext_key"], range, key)
   hidden:set_hidden()
@@ -777,7 +817,7 @@ local function json_tree(tree, node, tvb, base, label)
   local range = tvb(base + node.s - 1, node.e - node.s + 1)
   if node.t == "object" or node.t == "array" then
     local sub = tree:add(F["rocketmq.json"], range, label or "")
-    sub:set_text((label and (label .. ": ") or "") .. (node.t == "object" and "{...}" or ("[" .. #node.v .. "]")))
+    sub:set_text(clip(label and (label .. ": ") or "", LABEL_MAX) .. (node.t == "object" and "{...}" or ("[" .. #node.v .. "]")))
     for i, child in ipairs(node.v) do
       if node.t == "object" then
         json_tree(sub, child.v, tvb, base, child.k.v)
@@ -790,30 +830,30 @@ local function json_tree(tree, node, tvb, base, label)
   local named = label and F["rocketmq.json." .. label]
   if named then return tree:add(named, range, json_text(node)) end
   local item = tree:add(F["rocketmq.json"], range, json_text(node))
-  if label then item:set_text(label .. ": " .. json_text(node)) end
+  if label then item:set_text(clip(label .. ": " .. json_text(node), LABEL_MAX)) end
   return item
 end
 
 local function json_body(tree, range, decl)
-  local text = range:string(ENC_UTF_8)
+  local text = utf8_clean(range:raw())
   local ok, node = pcall(json_parse, text)
   if decl then tree:add(F["rocketmq.body_type"], range, decl) end
   if ok then
     json_tree(tree, node, range:tvb(), 0, decl or "JSON body")
   else
     local bad = tree:add(F["rocketmq.json"], range, text)
-    bad:set_text("JSON (does not parse): " .. text:sub(1, 200))
+    bad:set_text("JSON (does not parse): " .. clip(text, LABEL_MAX))
   end
 end
 
 local function dissect_json_header(tvb, off, len, tree, env)
   local range = tvb(off, len)
-  local text = range:string(ENC_UTF_8)
+  local text = utf8_clean(range:raw())
   local root = json_parse(text)
   if root.t ~= "object" then error("JSON header is not an object") end
   local ctx = {language = LANGUAGE_DEFAULT, version = 0, opaque = 0, flag = 0}
   local sub = tree:add(F["rocketmq.json_header"], range, text)
-  sub:set_text("JSON: " .. text:sub(1, 120))
+  sub:set_text("JSON: " .. clip(text, 120))
   for _, kv in ipairs(root.v) do
     local key, node = kv.k.v, kv.v
     local r = tvb(off + node.s - 1, node.e - node.s + 1)
@@ -975,7 +1015,7 @@ local function dissect_frame(tvb, pinfo, root)
   end
   local kind = response and "Response" or (band(flag, ONEWAY_FLAG) ~= 0 and "Oneway" or "Request")
   local summary = kind .. " " .. name .. " opaque=" .. ctx.opaque
-  if ctx.remark and ctx.remark ~= "" then summary = summary .. " remark=" .. ctx.remark:sub(1, 60) end
+  if ctx.remark and ctx.remark ~= "" then summary = summary .. " remark=" .. clip(ctx.remark, 60) end
   tree:append_text(", " .. summary)
   pinfo.cols.info:append(summary .. "; ")
   local body_start = 8 + header_length

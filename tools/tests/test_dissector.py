@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import shutil
 import struct
 import subprocess
@@ -360,3 +361,45 @@ def test_a_compressed_register_broker_body_is_inflated_and_read(lua_script: Path
     assert "RegisterBrokerBody (compressed)" in proc.stdout
     assert "TopicA 4 4 6 SINGLE_TAG" in proc.stdout
     assert '"counter":7' in proc.stdout
+
+
+def _exchange(request: bytes, response: bytes, sport: int) -> list[Any]:
+    """A request on a fresh connection to the broker port and its response."""
+    out = _packets(10911, [request], sport=sport)
+    back = Ether() / IP(src="127.0.0.2", dst="127.0.0.1") / TCP(sport=10911, dport=sport, flags="PA", seq=1)
+    return [*out, back / Raw(load=response)]
+
+
+@needs_tshark
+@pytest.mark.parametrize("name", ["pcap/h_PullByOffset_ROCKETMQboth.pcap", "pcap/c_BatchSend.pcap"])
+def test_mutated_corpus_frames_raise_no_lua_error(lua_script: Path, tmp_path: Path, name: str) -> None:
+    """Real requests and responses with bytes overwritten or cut off, each pair on its own connection:
+    every header, extField, stored-message and JSON length the dissector follows gets garbage. The
+    output must also stay valid UTF-8 (``_tshark`` decodes it strictly)."""
+    rng = random.Random(20261127)
+    frames = [f for f in read_frames(_CORPUS / name) if f.command is not None]
+    pairs = []
+    asked: dict[tuple[str, int], bytes] = {}
+    for f in frames:
+        if not f.command.flag & RESPONSE_FLAG:
+            asked[(f.conn_id, f.command.opaque)] = f.raw
+        elif f.command.body and (f.conn_id, f.command.opaque) in asked:
+            pairs.append((asked[(f.conn_id, f.command.opaque)], f.raw))
+    assert pairs
+    packets = []
+    for i in range(300):
+        request, response = rng.choice(pairs)
+        target = bytearray(rng.choice((request, response)))
+        for _ in range(rng.randint(1, 4)):
+            pos = rng.randrange(8, len(target))
+            value = rng.choice((b"\xff\xff\xff\xff", b"\x7f\xff\xff\xff", b"\x00\x00\x00\x00", b"\x01", b"{"))
+            target[pos : pos + len(value)] = value
+        if rng.random() < 0.3:
+            del target[rng.randrange(8, len(target)) :]
+        if target.startswith(request[:8]) and len(target) < len(request) + 64 and rng.random() < 0.5:
+            packets += _exchange(bytes(target), response, 43000 + i)
+        else:
+            packets += _exchange(request, bytes(target), 43000 + i)
+    pcap = tmp_path / "mutated.pcap"
+    wrpcap(str(pcap), packets)
+    _no_lua_error(_tshark(lua_script, pcap, "-V"))
