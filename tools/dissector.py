@@ -436,6 +436,7 @@ F["rocketmq.json_header"] = ProtoField.string("rocketmq.json_header", "JSON head
 F["rocketmq.body_type"] = ProtoField.string("rocketmq.body_type", "Body declaration")
 F["rocketmq.json"] = ProtoField.string("rocketmq.json", "JSON value", base.UNICODE)
 F["rocketmq.property"] = ProtoField.string("rocketmq.property", "Property", base.UNICODE)
+F["rocketmq.body_text"] = ProtoField.string("rocketmq.body_text", "Body text", base.UNICODE)
 F["rocketmq.compressed"] = ProtoField.bool("rocketmq.compressed", "Compressed body")
 F["rocketmq.sysflag_bit"] = ProtoField.string("rocketmq.sysflag_bit", "sysFlag bit")
 F["rocketmq.messages"] = ProtoField.uint32("rocketmq.messages", "Messages")
@@ -780,8 +781,16 @@ local function sysflag_text(flag)
   return table.concat(names, "|")
 end
 
+-- A message body that is UTF-8 text without control characters (but tab and newlines) is shown as text.
+local function add_text(tree, range, raw)
+  if raw:find("[\0-\8\11\12\14-\31\127]") then return end
+  if utf8_clean(raw) ~= raw then return end
+  tree:add(F["rocketmq.body_text"], range, clip(raw, LABEL_MAX))
+end
+
 local function show_body(tree, range, sys_flag, pinfo)
   if range:len() == 0 then return end
+  if not (sys_flag and band(sys_flag, COMPRESSED) ~= 0) then add_text(tree, range, range:raw()) end
   if sys_flag and band(sys_flag, COMPRESSED) ~= 0 then
     local kind = band(sys_flag, COMPRESSION_MASK)
     if kind == 0 then kind = ZLIB end
@@ -791,6 +800,7 @@ local function show_body(tree, range, sys_flag, pinfo)
       local ok, inflated = pcall(function() return range:uncompress("Inflated body") end)
       if ok and inflated then
         item:append_text(" (zlib, " .. inflated:len() .. " bytes inflated)")
+        add_text(item, inflated, inflated:raw())
       else
         item:append_text(" (zlib, does not inflate)")
       end
@@ -903,6 +913,10 @@ local function why(err)
 end
 
 local requests = {}  -- "stream:opaque" -> {code, frame number}
+
+function rmq.init()
+  requests = {}
+end
 
 local function body_of(tree, range, ctx, env, pinfo)
   local response = band(ctx.flag, RESPONSE_FLAG) ~= 0
