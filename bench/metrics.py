@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import socket
 import statistics
 import sys
@@ -163,13 +164,21 @@ def _timed(fn: Callable[[], object]) -> float:
     return (time.perf_counter() - t0) * 1000
 
 
-def one_run(setup: str, args: argparse.Namespace) -> tuple[float, list[float], Scraper | None]:
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of one process so far (/proc/PID/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def one_run(setup: str, args: argparse.Namespace) -> tuple[float, list[float], Scraper | None, float]:
+    """sends/s, each send's latency, the scraper, and the broker process's CPU µs per send."""
     with tempfile.TemporaryDirectory(prefix="rmqgate-bench-metrics-") as tmp:
         port = None if setup == "off" else free_port()
         srv = server(tmp, port)
         scraper = None
         try:
             asyncio.run(populate(srv.port, args.topics))
+            cpu0 = cpu_seconds(srv.proc.pid)
             if setup == "scraped":
                 assert port is not None
                 scraper = Scraper(port)
@@ -180,9 +189,10 @@ def one_run(setup: str, args: argparse.Namespace) -> tuple[float, list[float], S
             if scraper is not None:
                 scraper.stop_event.set()
                 scraper.join(15)
+            cpu_us = (cpu_seconds(srv.proc.pid) - cpu0) / max(n, 1) * 1e6
         finally:
             srv.stop()
-    return n / args.seconds, lat, scraper
+    return n / args.seconds, lat, scraper, cpu_us
 
 
 def main() -> None:
@@ -196,12 +206,14 @@ def main() -> None:
     snap_ms, format_ms, size = loop_cost(args.topics)
     bare_us, timed_us = wrapper_cost_us()
     rates: dict[str, list[float]] = {name: [] for name, _ in SETUPS}
+    cpu: dict[str, list[float]] = {name: [] for name, _ in SETUPS}
     best: dict[str, tuple[float, list[float]]] = {}
     scrapes: list[Scraper] = []
     for _ in range(args.rounds):
         for name, _ in SETUPS:
-            rate, lat, scraper = one_run(name, args)
+            rate, lat, scraper, cpu_us = one_run(name, args)
             rates[name].append(rate)
+            cpu[name].append(cpu_us)
             if scraper is not None:
                 scrapes.append(scraper)
             if name not in best or rate > best[name][0]:
@@ -210,10 +222,14 @@ def main() -> None:
         f"\nmetrics bench: {args.connections} connections, sync {args.size} B SEND_MESSAGE_V2 for "
         f"{args.seconds:.0f} s each; {args.topics} topics x 8 queues with a group's offsets\n"
     )
-    print(f"{'broker':36} {'sends/s':>10} {'p50 ms':>8} {'p99 ms':>8}")
+    print(f"{'broker':36} {'sends/s':>10} {'p50 ms':>8} {'p99 ms':>8} {'CPU us/send':>12}")
     for name, label in SETUPS:
         rate, lat = best[name]
-        print(f"{label:36} {rate:10.0f} {pct(lat, 0.5):8.2f} {pct(lat, 0.99):8.2f}")
+        median_cpu = statistics.median(cpu[name])
+        print(f"{label:36} {rate:10.0f} {pct(lat, 0.5):8.2f} {pct(lat, 0.99):8.2f} {median_cpu:12.1f}")
+    print(
+        "(sends/s and latencies: the best round; CPU: the broker process's µs per send, median of the rounds)"
+    )
     durations = [d for s in scrapes for d in s.durations]
     sizes = [n for s in scrapes for n in s.sizes]
     if durations:
@@ -235,6 +251,10 @@ def main() -> None:
         per_round = [x / o for o, x in zip(rates["off"], rates[name], strict=True)]
         print(f"{name} / off per round: {', '.join(f'{r:.0%}' for r in per_round)}; "
               f"best vs best {best[name][0] / best['off'][0]:.0%}")  # fmt: skip
+    print(
+        "CPU µs per send by round: "
+        + ", ".join(f"{name} {[round(c, 1) for c in cpu[name]]}" for name, _ in SETUPS)
+    )
     per_round = [x / o for o, x in zip(rates["idle"], rates["scraped"], strict=True)]
     print(f"scraped / idle per round: {', '.join(f'{r:.0%}' for r in per_round)}; "
           f"best vs best {best['scraped'][0] / best['idle'][0]:.0%}")  # fmt: skip
