@@ -112,8 +112,8 @@ HOOKS: dict[tuple[str, str], str] = {
     ("BatchMessage", "body"): "message_body",
     ("BatchMessage", "properties"): "properties",
 }
-#: Fields whose ProtoField is declared by the runtime (with value strings or flag bits).
-_SPECIAL = {("RocketMQHeader", "language")}
+#: Fields whose ProtoField the runtime declares itself (with its value strings): the Lua name.
+_SPECIAL = {("RocketMQHeader", "language"): "F_LANGUAGE"}
 
 
 def lua_string(text: str | bytes) -> str:
@@ -167,7 +167,7 @@ class _Emitter:
         self.fields.setdefault(abbrev, ctor)
         return f"F[{lua_string(abbrev)}]"
 
-    def describe(self, con: Construct, abbrev: str, label: str, struct_name: str) -> str:
+    def describe(self, con: Construct, abbrev: str, label: str) -> str:
         con = _unwrap(con)
         if isinstance(con, FormatField):
             code = con.fmtstr[1:]
@@ -201,18 +201,18 @@ class _Emitter:
             return f'{{kind="pstring", prefix={size}, signed={signed}, f={ref}}}'
         if isinstance(con, IfThenElse):
             cond = lua_expr(con.condfunc)
-            yes = self.describe(con.thensubcon, abbrev, label, struct_name)
-            no = self.describe(con.elsesubcon, abbrev, label, struct_name)
+            yes = self.describe(con.thensubcon, abbrev, label)
+            no = self.describe(con.elsesubcon, abbrev, label)
             return f'{{kind="if", cond=function(c) return {cond} ~= 0 end, yes={yes}, no={no}}}'
         if isinstance(con, Switch):
             cases = ", ".join(
-                f"[{key}]={self.describe(sub, abbrev, label, struct_name)}" for key, sub in con.cases.items()
+                f"[{key}]={self.describe(sub, abbrev, label)}" for key, sub in con.cases.items()
             )
             return f'{{kind="switch", key=function(c) return {lua_expr(con.keyfunc)} end, cases={{{cases}}}}}'
         if isinstance(con, FocusedSeq):  # PrefixedArray: count field, then an Array of items
             parts = {sub.name: _unwrap(sub) for sub in con.subcons}
             lf = _unwrap(parts["count"].subcon)
-            inner = self.describe(parts["items"].subcon, abbrev + "_item", label + " item", struct_name)
+            inner = self.describe(parts["items"].subcon, abbrev + "_item", label + " item")
             count = self.field(abbrev + "_count", f"ProtoField.int32(%A, {lua_string(label + ' count')})")
             return f'{{kind="array", prefix={lf.sizeof()}, count_f={count}, item={inner}}}'
         if isinstance(con, Prefixed):
@@ -233,10 +233,11 @@ class _Emitter:
         for sub in con.subcons:
             abbrev = f"{prefix}.{sub.name}"
             label = sub.name.replace("_", " ")
-            if (name, sub.name) in _SPECIAL:
-                desc = f'{{kind="int", size={sub.subcon.sizeof()}, signed=false, wide=false, f=F_LANGUAGE}}'
+            special = _SPECIAL.get((name, sub.name))
+            if special:
+                desc = f'{{kind="int", size={sub.subcon.sizeof()}, signed=false, wide=false, f={special}}}'
             else:
-                desc = self.describe(sub, abbrev, label, name)
+                desc = self.describe(sub, abbrev, label)
             hook = HOOKS.get((name, sub.name))
             hook_lua = f", hook={lua_string(hook)}" if hook else ""
             entries.append(f"  {{name={lua_string(sub.name)}, d={desc}{hook_lua}}},")
@@ -245,12 +246,14 @@ class _Emitter:
 
 def header_classes() -> list[type[CommandHeader]]:
     """Every header class declared in ``wire.headers``, in declaration order."""
-    found = [
+    return [
         obj
-        for _, obj in inspect.getmembers(headers, inspect.isclass)
-        if issubclass(obj, CommandHeader) and obj is not CommandHeader and obj.__module__ == headers.__name__
+        for obj in vars(headers).values()
+        if inspect.isclass(obj)
+        and issubclass(obj, CommandHeader)
+        and obj is not CommandHeader
+        and obj.__module__ == headers.__name__
     ]
-    return sorted(found, key=lambda cls: inspect.getsourcelines(cls)[1])
 
 
 def ext_field_names() -> dict[str, tuple[str, str]]:
