@@ -1,7 +1,7 @@
 """``rmqgate pcap``: decode RocketMQ traffic in libpcap/pcapng captures (one line per frame).
 
-Actions register in ``ACTIONS``; ``decode`` prints frames, further actions (``convert``) plug in
-the same way.
+Actions register in ``ACTIONS``; ``decode`` prints frames, further actions plug in
+the same way (``convert``, ``dissector``).
 """
 
 from __future__ import annotations
