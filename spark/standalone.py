@@ -99,6 +99,15 @@ class StandaloneCluster:
         self.procs.append(proc)
 
     def start(self) -> StandaloneCluster:
+        """Start the master and the workers and wait until every worker is ALIVE; on failure nothing
+        started is left running."""
+        try:
+            return self._start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start(self) -> StandaloneCluster:
         check_java()
         self.work.mkdir(parents=True, exist_ok=True)
         self.port, self.webui_port = _free_port(), _free_port()
@@ -127,7 +136,7 @@ class StandaloneCluster:
                     raise RuntimeError(f"a Spark daemon exited with {p.returncode}: {self.logs()}")
             try:
                 alive = sum(w.get("state") == "ALIVE" for w in self.state().get("workers", []))
-            except OSError:
+            except (OSError, ValueError):  # not listening yet, or its UI still starting
                 alive = 0
             if alive >= self.n_workers:
                 return
@@ -170,11 +179,7 @@ class StandaloneCluster:
         self.procs.clear()
 
     def __enter__(self) -> StandaloneCluster:
-        try:
-            return self.start()
-        except BaseException:
-            self.stop()
-            raise
+        return self.start()
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
