@@ -9,21 +9,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
-import random
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from broker import Server, SyncConn, pct
+from broker import Server, pct, send_phase
 
 from rmqgate.server.acl import sign_request
-from rmqgate.wire import FrameDecoder, RemotingCommand, encode_frame
-from rmqgate.wire.codes import RequestCode
-from rmqgate.wire.message import format_properties
 
 ACCESS_KEY, SECRET_KEY = "benchKey01", "benchSecret01"
 PLAIN_ACL = f"""\
@@ -35,44 +29,8 @@ accounts:
 """
 
 
-def send_frame(topic: str, queue_id: int, size: int, signed: bool) -> bytes:
-    props = format_properties({"UNIQ_KEY": f"{random.getrandbits(128):032X}", "WAIT": "true", "TAGS": "TagA"})
-    ext = {
-        "a": "bench_producer", "b": topic, "c": "TBW102", "d": "4", "e": str(queue_id), "f": "0",
-        "g": str(int(time.time() * 1000)), "h": "0", "i": props, "j": "0", "k": "false", "m": "false", "n": "b",
-    }  # fmt: skip
-    body = os.urandom(size // 2).hex().encode()
-    if signed:
-        sign_request(ext, body, ACCESS_KEY, SECRET_KEY)
-    return encode_frame(RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, ext, body, opaque=1))
-
-
-async def send_phase(
-    port: int, connections: int, seconds: float, size: int, signed: bool
-) -> tuple[int, list[float]]:
-    loop = asyncio.get_running_loop()
-    conns = [(await loop.create_connection(SyncConn, "127.0.0.1", port))[1] for _ in range(connections)]
-    frames = [send_frame("BenchAcl", i % 4, size, signed) for i in range(connections)]
-    for conn, frame in zip(conns, frames, strict=True):  # warm-up (auto-creates the topic)
-        reply = FrameDecoder().feed(await conn.call(frame))[0]
-        assert reply.code == 0, reply.remark
-    latencies: list[float] = []
-    deadline = time.perf_counter() + seconds
-    clock = time.perf_counter
-
-    async def worker(conn: SyncConn, frame: bytes) -> int:
-        n = 0
-        while clock() < deadline:
-            t0 = clock()
-            await conn.call(frame)
-            latencies.append(clock() - t0)
-            n += 1
-        return n
-
-    counts = await asyncio.gather(*(worker(c, f) for c, f in zip(conns, frames, strict=True)))
-    for conn in conns:
-        conn.transport.close()  # type: ignore[attr-defined]
-    return sum(counts), latencies
+def sign(ext: dict[str, str], body: bytes) -> None:
+    sign_request(ext, body, ACCESS_KEY, SECRET_KEY)
 
 
 def server(store: str, acl: bool) -> Server:
@@ -102,7 +60,16 @@ def main() -> None:
             with tempfile.TemporaryDirectory(prefix="rmqgate-bench-acl-") as tmp:
                 srv = server(tmp, acl)
                 try:
-                    n, lat = asyncio.run(send_phase(srv.port, args.connections, args.seconds, args.size, acl))
+                    n, lat = asyncio.run(
+                        send_phase(
+                            srv.port,
+                            args.connections,
+                            args.seconds,
+                            args.size,
+                            "BenchAcl",
+                            sign if acl else None,
+                        )
+                    )
                 finally:
                     srv.stop()
             rate = n / args.seconds

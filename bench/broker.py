@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -66,17 +67,20 @@ def run_floor_server() -> None:
 
 
 # --- load generator ---------------------------------------------------------------------------------
-def send_frame(topic: str, queue_id: int, size: int) -> bytes:
+#: signs a request in place (its extFields and body), as a client's RPC hook does
+Signer = Callable[[dict[str, str], bytes], None]
+
+
+def send_frame(topic: str, queue_id: int, size: int, sign: Signer | None = None) -> bytes:
     props = format_properties({"UNIQ_KEY": f"{random.getrandbits(128):032X}", "WAIT": "true", "TAGS": "TagA"})
     ext = {
         "a": "bench_producer", "b": topic, "c": "TBW102", "d": "4", "e": str(queue_id), "f": "0",
         "g": str(int(time.time() * 1000)), "h": "0", "i": props, "j": "0", "k": "false", "m": "false", "n": "b",
     }  # fmt: skip
-    return encode_frame(
-        RemotingCommand.request(
-            RequestCode.SEND_MESSAGE_V2, ext, os.urandom(size // 2).hex().encode(), opaque=1
-        )
-    )
+    body = os.urandom(size // 2).hex().encode()
+    if sign is not None:
+        sign(ext, body)
+    return encode_frame(RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, ext, body, opaque=1))
 
 
 class SyncConn(asyncio.Protocol):
@@ -107,11 +111,11 @@ class SyncConn(asyncio.Protocol):
 
 
 async def send_phase(
-    port: int, connections: int, seconds: float, size: int, topic: str
+    port: int, connections: int, seconds: float, size: int, topic: str, sign: Signer | None = None
 ) -> tuple[int, list[float]]:
     loop = asyncio.get_running_loop()
     conns = [(await loop.create_connection(SyncConn, "127.0.0.1", port))[1] for _ in range(connections)]
-    frames = [send_frame(topic, i % 4, size) for i in range(connections)]
+    frames = [send_frame(topic, i % 4, size, sign) for i in range(connections)]
     for conn, frame in zip(conns, frames, strict=True):  # warm-up (auto-creates the topic)
         reply = await conn.call(frame)
         assert FrameDecoder().feed(reply)[0].code == 0, FrameDecoder().feed(reply)[0].remark
