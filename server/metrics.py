@@ -136,6 +136,17 @@ class TimedProcessor(RequestProcessor):
         start = perf_counter()
         result = self.inner.process(channel, request)
         kind = type(result)
+        if kind is bytes and not self.pull:  # a send answered at once (pre-encoded): inlined
+            elapsed = perf_counter() - start
+            histogram = self.histogram
+            histogram.counts[bisect_left(BUCKETS, elapsed)] += 1
+            histogram.total += elapsed
+            ext = request.ext_fields
+            if ext is not None:
+                key = ext.get("b") or ext.get("topic") or ""  # (SEND_MESSAGE_V2's short names)
+                sizes = self.bytes
+                sizes[key] = sizes.get(key, 0) + len(request.body or b"")
+            return result
         if kind is bytes or kind is RemotingCommand:
             self.histogram.observe(perf_counter() - start)
         elif kind is Pending:
@@ -166,7 +177,7 @@ class TimedProcessor(RequestProcessor):
         else:
             if type(result) is RemotingCommand and result.code != ResponseCode.SUCCESS:
                 return
-            key = ext.get("topic") or ext.get("b") or ""  # (SEND_MESSAGE_V2's short names)
+            key = ext.get("b") or ext.get("topic") or ""
             size = len(request.body or b"")
         sizes = self.bytes
         sizes[key] = sizes.get(key, 0) + size
