@@ -285,10 +285,8 @@ class BrokerMetrics:
                 consume_stats = admin._fill_offsets(ConsumeStats(), group, topic, tc["readQueueNums"])
                 rows = []
                 for mq, w in consume_stats.offset_table.items():
-                    waited = 0
-                    if (
-                        w.consumer_offset < w.broker_offset
-                    ):  # the next message's age, as the exporter takes it
+                    waited = 0  # the next message's age, as the exporter takes it
+                    if w.consumer_offset < w.broker_offset:
                         stored = store.get_message_store_timestamp(topic, mq.queue_id, w.consumer_offset)
                         waited = max(0, snap.ms - stored) if stored and stored > 0 else 0
                     rows.append((mq.queue_id, w.broker_offset, w.consumer_offset, waited))
