@@ -220,6 +220,8 @@ class BrokerMetrics:
         self.pull_latency = LatencyHistogram()
         self.send: TimedProcessor | None = None
         self.pull: TimedProcessor | None = None
+        #: (topic, group, queueId) -> (the group's offset, the store time there) at the last scrape
+        self._store_times: dict[tuple[str, str, int], tuple[int, int]] = {}
 
     def install(self) -> None:
         """Time the send and pull processors (behind the ACL check when that is on)."""
@@ -233,6 +235,20 @@ class BrokerMetrics:
             for c in proc.codes:
                 table[int(c)] = timed
             setattr(self, attr, timed)
+
+    def _store_time(self, seen: dict[tuple[str, str, int], tuple[int, int]], topic: str, group: str,
+                    queue_id: int, offset: int) -> int:  # fmt: skip
+        """The store time of the message at a group's offset in a queue, read from the store only when the
+        offset moved since the last scrape (a stalled group's oldest message is read once); ``seen`` gets
+        this scrape's (offset, time) by (topic, group, queueId)."""
+        key = (topic, group, queue_id)
+        before = self._store_times.get(key)
+        if before is not None and before[0] == offset:
+            stored = before[1]
+        else:
+            stored = self.broker.store.get_message_store_timestamp(topic, queue_id, offset)
+        seen[key] = (offset, stored)
+        return stored
 
     def _admin(self) -> Any:
         proc: Any = self.broker.server.table[int(RequestCode.GET_BROKER_RUNTIME_INFO)]
@@ -277,6 +293,7 @@ class BrokerMetrics:
             )
             snap.topics[topic] = (offsets, minute_tps(TOPIC_PUT_NUMS, topic))
         # consumerProgress's figures: the same offsets GET_CONSUME_STATS answers
+        seen: dict[tuple[str, str, int], tuple[int, int]] = {}
         for group, topics in admin._topics_by_group().items():
             for topic in topics:
                 tc = admin._consumed_topic_config(group, topic)
@@ -287,11 +304,12 @@ class BrokerMetrics:
                 for mq, w in consume_stats.offset_table.items():
                     waited = 0  # the next message's age, as the exporter takes it
                     if w.consumer_offset < w.broker_offset:
-                        stored = store.get_message_store_timestamp(topic, mq.queue_id, w.consumer_offset)
+                        stored = self._store_time(seen, topic, group, mq.queue_id, w.consumer_offset)
                         waited = max(0, snap.ms - stored) if stored and stored > 0 else 0
                     rows.append((mq.queue_id, w.broker_offset, w.consumer_offset, waited))
                 snap.queues[(topic, group)] = rows
                 snap.group_tps[(topic, group)] = stats.group_get_tps(topic, group)
+        self._store_times = seen
         snap.producers = {g: len(chs) for g, chs in broker.producers.groups.items() if chs}
         snap.connections = len(broker.server.channels)
         snap.parked_pulls = sum(len(v) for v in broker.pull_processor.hold.held.values())
