@@ -10,6 +10,7 @@ client-visible behaviour. ``java_cluster`` is the stock pair for tests that comp
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import re
@@ -20,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from rmqgate.compat_tests import java
-from rmqgate.compat_tests.servers import ServerProcess, discover_broker, log_tail
+from rmqgate.compat_tests.servers import BROKER_CONF, ServerProcess, discover_broker, log_tail
 from rmqgate.compat_tests.wire_client import WireClient, create_routed_topic, wait_until
 from rmqgate.wire.codes import RequestCode
 
@@ -118,21 +119,26 @@ def broker_pair(
     )
 
 
-@pytest.fixture(scope="module")
-def fresh_broker_pair(
-    java_classes: dict[int, Path], tmp_path_factory: pytest.TempPathFactory
+@contextlib.contextmanager
+def started_pair(
+    workdir: Path,
+    java_classes: dict[int, Path],
+    *,
+    gate_conf: str = BROKER_CONF,
+    gate_args: tuple[str, ...] = (),
+    java_conf: str = java.JAVA_BROKER_CONF,
+    java_home: Path | None = None,
 ) -> Iterator[java.BrokerPair]:
-    """A new `rmqgate serve` and a new stock Java pair for one module, both empty: for comparisons of
-    whole-cluster listings, which the session's brokers fill differently as other modules run."""
-    workdir = tmp_path_factory.mktemp("fresh-pair")
-    (workdir / "rmqgate").mkdir()
-    server = ServerProcess(workdir / "rmqgate")
+    """A new `rmqgate serve` (in ``workdir``/rmqgate, with ``gate_conf`` and ``gate_args``) and a new
+    stock Java name server + broker (``java_conf``, ``java_home``), both empty; stopped after."""
+    (workdir / "rmqgate").mkdir(exist_ok=True)
+    server = ServerProcess(workdir / "rmqgate", conf=gate_conf, extra_args=gate_args)
     _STARTED.append(server)
     try:
         server.wait_ready()
         addr, name, cluster_name = discover_broker(server.namesrv)
         rmqgate = Cluster(server.namesrv, addr, name, cluster_name, True, server.log_path, server.store)
-        java_pair, java_servers = start_java_cluster(workdir / "java")
+        java_pair, java_servers = start_java_cluster(workdir / "java", extra_conf=java_conf, home=java_home)
         try:
             yield java.BrokerPair(
                 {"rmqgate": rmqgate, "java": java_pair}, java_classes, workdir / "client-logs"
@@ -142,6 +148,16 @@ def fresh_broker_pair(
                 jserver.stop()
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="module")
+def fresh_broker_pair(
+    java_classes: dict[int, Path], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[java.BrokerPair]:
+    """A new `rmqgate serve` and a new stock Java pair for one module, both empty: for comparisons of
+    whole-cluster listings, which the session's brokers fill differently as other modules run."""
+    with started_pair(tmp_path_factory.mktemp("fresh-pair"), java_classes) as pair:
+        yield pair
 
 
 @pytest.fixture(scope="session")

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from rmqgate.compat_tests import java
-from rmqgate.compat_tests.conftest import _STARTED, Cluster, start_java_cluster
+from rmqgate.compat_tests.conftest import Cluster, started_pair
 from rmqgate.compat_tests.java import CLIENT_VERSIONS, SERIALIZATIONS
-from rmqgate.compat_tests.servers import BROKER_CONF, ServerProcess, discover_broker
+from rmqgate.compat_tests.servers import BROKER_CONF
 
 pytestmark = [pytest.mark.slow, pytest.mark.java]
 
@@ -83,28 +83,15 @@ def acl_pair(
     home = workdir / "java-home"  # the Java broker reads ROCKETMQ_HOME/conf/plain_acl.yml
     shutil.copytree(java.rocketmq_home() / "conf", home / "conf")
     (home / "conf" / "plain_acl.yml").write_text(PLAIN_ACL)
-    server = ServerProcess(
-        gate_dir,
-        conf=BROKER_CONF + "aclEnable = true\n",
-        extra_args=("--acl", str(gate_dir / "plain_acl.yml")),
-    )
-    _STARTED.append(server)
-    try:
-        server.wait_ready()
-        addr, name, cluster_name = discover_broker(server.namesrv)
-        gate = Cluster(server.namesrv, addr, name, cluster_name, True, server.log_path, server.store)
-        java_cluster, java_servers = start_java_cluster(
-            workdir / "java", extra_conf=java.JAVA_BROKER_CONF + "aclEnable=true\n", home=home
-        )
-        try:
-            yield java.BrokerPair(
-                {"rmqgate": gate, "java": java_cluster}, java_classes, workdir / "client-logs"
-            )
-        finally:
-            for jserver in reversed(java_servers):
-                jserver.stop()
-    finally:
-        server.stop()
+    with started_pair(
+        workdir,
+        java_classes,
+        gate_conf=BROKER_CONF + "aclEnable = true\n",
+        gate_args=("--acl", str(gate_dir / "plain_acl.yml")),
+        java_conf=java.JAVA_BROKER_CONF + "aclEnable=true\n",
+        java_home=home,
+    ) as pair:
+        yield pair
 
 
 @pytest.mark.parametrize("version", CLIENT_VERSIONS, ids=lambda v: f"client{v}")

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from rmqgate.compat_tests import java
-from rmqgate.compat_tests.conftest import _STARTED, Cluster, start_java_cluster
+from rmqgate.compat_tests.conftest import started_pair
 from rmqgate.compat_tests.java import CLIENT_VERSIONS, SERIALIZATIONS, BrokerPair
-from rmqgate.compat_tests.servers import BROKER_CONF, ServerProcess, discover_broker
+from rmqgate.compat_tests.servers import BROKER_CONF
 from rmqgate.compat_tests.wire_client import WireClient, dumps, heartbeat_body, loads
 from rmqgate.wire.codes import RequestCode, ResponseCode
 
@@ -55,27 +55,6 @@ def test_sql92_push_pull_and_lite_pull_get_exactly_their_messages(
 OFF = ("enablePropertyFilter = true", "enablePropertyFilter = false")
 
 
-def _fresh_pair(
-    java_classes: dict[int, Path], workdir: Path, gate_conf: str, java_conf: str
-) -> Iterator[BrokerPair]:
-    """A fresh rmqgate and a fresh Java pair with these broker.conf texts, stopped after."""
-    (workdir / "rmqgate").mkdir()
-    server = ServerProcess(workdir / "rmqgate", conf=gate_conf)
-    _STARTED.append(server)
-    try:
-        server.wait_ready()
-        addr, name, cluster_name = discover_broker(server.namesrv)
-        gate = Cluster(server.namesrv, addr, name, cluster_name, True, server.log_path, server.store)
-        java_cluster, java_servers = start_java_cluster(workdir / "java", extra_conf=java_conf)
-        try:
-            yield BrokerPair({"rmqgate": gate, "java": java_cluster}, java_classes, workdir / "client-logs")
-        finally:
-            for jserver in reversed(java_servers):
-                jserver.stop()
-    finally:
-        server.stop()
-
-
 @pytest.fixture(scope="module")
 def filter_off_pair(
     java_classes: dict[int, Path], tmp_path_factory: pytest.TempPathFactory
@@ -83,9 +62,11 @@ def filter_off_pair(
     """Both brokers with enablePropertyFilter=false (the default)."""
     assert OFF[0] in BROKER_CONF and "enablePropertyFilter=true" in java.JAVA_BROKER_CONF
     java_conf = java.JAVA_BROKER_CONF.replace("enablePropertyFilter=true", "enablePropertyFilter=false")
-    yield from _fresh_pair(
-        java_classes, tmp_path_factory.mktemp("sql92-off-pair"), BROKER_CONF.replace(*OFF), java_conf
-    )
+    workdir = tmp_path_factory.mktemp("sql92-off-pair")
+    with started_pair(
+        workdir, java_classes, gate_conf=BROKER_CONF.replace(*OFF), java_conf=java_conf
+    ) as pair:
+        yield pair
 
 
 @pytest.fixture(scope="module")
@@ -93,12 +74,13 @@ def retry_filter_pair(
     java_classes: dict[int, Path], tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[BrokerPair]:
     """Both brokers with enablePropertyFilter=true and filterSupportRetry=true."""
-    yield from _fresh_pair(
-        java_classes,
+    with started_pair(
         tmp_path_factory.mktemp("sql92-retry-pair"),
-        BROKER_CONF + "filterSupportRetry = true\n",
-        java.JAVA_BROKER_CONF + "filterSupportRetry=true\n",
-    )
+        java_classes,
+        gate_conf=BROKER_CONF + "filterSupportRetry = true\n",
+        java_conf=java.JAVA_BROKER_CONF + "filterSupportRetry=true\n",
+    ) as pair:
+        yield pair
 
 
 def test_retry_topic_filtered_by_the_original_expression_with_filter_support_retry(
