@@ -8,9 +8,10 @@ spark-submit starts the driver JVM before this file runs, so its log set-up is s
 ``--driver-java-options`` above makes it as quiet as ``rmqgate spark-replay`` (which sets it itself);
 without it Spark prints its start-up INFO lines, then the job switches to errors only.
 
-The driver imports rmqgate (PYSPARK_DRIVER_PYTHON, or ``--py-files`` with the zip that
-``python -m rmqgate.spark.ship`` builds in cluster deploy mode); executors get their code from the job
-itself (spark/ship.py), so their Python needs nothing but the driver's minor version. ``--master``
+The driver imports rmqgate (``--conf spark.pyspark.driver.python=.venv/bin/python``, which wins over
+``spark.pyspark.python``, or ``--py-files`` with the zip that ``python -m rmqgate.spark.ship`` builds
+in cluster deploy mode); executors get their code from the job itself (spark/ship.py), so their Python
+(``spark.pyspark.python``) needs nothing but the driver's minor version. ``--master``
 given to spark-submit wins unless the job's own --master is given.
 """
 
@@ -23,7 +24,8 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on how spark-submit was started
     sys.exit(
         f"replay_job.py: cannot import rmqgate ({exc}); run spark-submit with "
-        "PYSPARK_PYTHON/PYSPARK_DRIVER_PYTHON pointing at the Python rmqgate is installed in"
+        "--conf spark.pyspark.driver.python (or PYSPARK_DRIVER_PYTHON without spark.pyspark.python) "
+        "pointing at the Python rmqgate is installed in"
     )
 
 if __name__ == "__main__":
