@@ -34,7 +34,7 @@ from prometheus_client.core import (
 from prometheus_client.exposition import start_http_server
 
 from rmqgate.server.remoting import Channel, Pending, RequestProcessor
-from rmqgate.server.stats import BROKER_GET_NUMS, BROKER_PUT_NUMS, TOPIC_PUT_NUMS
+from rmqgate.server.stats import BROKER_GET_NUMS, BROKER_PUT_NUMS, TOPIC_PUT_NUMS, StatsItem
 from rmqgate.wire.bodies import ConsumeStats
 from rmqgate.wire.codes import RequestCode, ResponseCode
 from rmqgate.wire.command import RemotingCommand
@@ -272,9 +272,16 @@ class BrokerMetrics:
         except OSError:
             total = free = None
 
-        def minute_tps(name: str, key: str) -> float | None:
-            data = stats.stats_data(name, key)
-            return None if data is None else float(data["statsMinute"]["tps"])
+        items = stats.items
+        put_topics = store.topic_put_totals()
+
+        def minute_tps(name: str, key: str, counted: bool) -> float | None:
+            """statsAll's minute TPS of a stats item: 0 for one counted since the last sample, None
+            (no series, as VIEW_BROKER_STATS_DATA refuses it) for one never counted."""
+            item = items.get((name, key))
+            if item is None:
+                return 0.0 if counted else None
+            return float(StatsItem.summary(item.minute)["tps"])
 
         snap = BrokerSnapshot(
             cluster=config.brokerClusterName,
@@ -283,15 +290,15 @@ class BrokerMetrics:
             runtime=runtime,
             commitlog_dir_total=total,
             commitlog_dir_free=free,
-            broker_put_tps=minute_tps(BROKER_PUT_NUMS, config.brokerClusterName),
-            broker_get_tps=minute_tps(BROKER_GET_NUMS, config.brokerClusterName),
+            broker_put_tps=minute_tps(BROKER_PUT_NUMS, config.brokerClusterName, bool(put_topics)),
+            broker_get_tps=minute_tps(BROKER_GET_NUMS, config.brokerClusterName, stats.get_transferred > 0),
             ms=int(time.time() * 1000),
         )
         for topic, tc in list(broker.topics.table.items()):
             offsets = sum(
                 max(0, store.get_max_offset_in_queue(topic, q)) for q in range(tc["writeQueueNums"])
             )
-            snap.topics[topic] = (offsets, minute_tps(TOPIC_PUT_NUMS, topic))
+            snap.topics[topic] = (offsets, minute_tps(TOPIC_PUT_NUMS, topic, topic in put_topics))
         # consumerProgress's figures: the same offsets GET_CONSUME_STATS answers
         seen: dict[tuple[str, str, int], tuple[int, int]] = {}
         for group, topics in admin._topics_by_group().items():
