@@ -212,3 +212,43 @@ def test_driver_side_inputs_pcap_shipped_rmqcap_decoded_here(spark, corpus: Path
         assert len(got) == len(want) > 0
         keys = [name for name, _ in FRAME_COLUMNS if name not in ("source", "conn")]
         assert [[r[k] for k in keys] for r in got] == [[r[k] for k in keys] for r in want]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_spark_submit_on_the_cluster(
+    responder: str, cluster: StandaloneCluster, bare_python: str, corpus: Path, tmp_path: Path
+) -> None:
+    """The README's spark-submit line: the driver's Python named with spark.pyspark.driver.python, the
+    executors' (bare) with spark.pyspark.python."""
+    root = Path(__file__).resolve().parents[2]
+    env = {k: v for k, v in os.environ.items() if k != "PYSPARK_PYTHON"}
+    env.update(PYSPARK_DRIVER_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1")
+    report = tmp_path / "r.json"
+    args = [str(Path(sys.executable).with_name("spark-submit")), "--master", cluster.master_url]
+    args += [
+        "--driver-java-options",
+        f"-Dlog4j2.configurationFile=file:{root / 'spark' / 'log4j2-quiet.properties'}",
+    ]
+    args += ["--executor-memory", "512m", "--total-executor-cores", "2"]
+    args += [
+        "--conf",
+        f"spark.pyspark.driver.python={sys.executable}",
+        "--conf",
+        f"spark.pyspark.python={bare_python}",
+    ]
+    args += ["--conf", "spark.scheduler.minRegisteredResourcesRatio=1", "--conf", "spark.locality.wait=0"]
+    args += [str(root / "spark" / "replay_job.py"), str(corpus / "pcap" / f"{CAPTURE}.pcap")]
+    args += ["--target", responder, "--scale", str(SCALE), "--speed", "max", "--grace", "0.2"]
+    args += ["--frames-cache", str(tmp_path / "frames"), "--report", str(report), "--quiet"]
+    done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=500, check=False)
+    assert done.returncode == 0, done.stderr[-5000:] + cluster.logs()
+    data = json.loads(report.read_text())
+    assert data["spark"]["master"] == cluster.master_url
+    assert data["spark"]["shipped"]["bytes"] > 0
+    assert data["errors"] == 0 and data["unanswered"] == 0
+    assert data["responses"] + data["oneway"] == data["requests"] > 0
+    assert sorted(t["executor"].split(":", 1)[1].split("/app-")[0] for t in data["per_task"]) == [
+        str(cluster.work / "worker0"),
+        str(cluster.work / "worker1"),
+    ]
