@@ -16,6 +16,7 @@ import hashlib
 import importlib
 import os
 import tempfile
+import time
 import zipfile
 from pathlib import Path
 
@@ -60,6 +61,13 @@ def pyfiles_zip(directory: str | None = None) -> Path:
         for arc, path in sources:
             zf.write(path, arc)
     os.replace(tmp, target)  # atomic: concurrent jobs never read a half-written zip
+    # zips of code that has changed since: kept a day, as a job may still be handing one out
+    for old in target.parent.glob("rmqgate-executor-*.zip"):
+        try:
+            if old != target and time.time() - old.stat().st_mtime > 86400:
+                old.unlink()
+        except OSError:
+            pass
     return target
 
 
