@@ -35,6 +35,11 @@ CASES = [
         ["rmqgate / Java TPS per round, 2 threads:", "CPU us/msg"],
     ),
     (
+        "metrics.py",
+        ["--seconds", "0.5", "--rounds", "1", "--connections", "2", "--topics", "2"],
+        ["scraped / idle per round:", "one scrape in process:", "CPU µs per send by round:"],
+    ),
+    (
         "replay.py",
         ["--requests", "100", "--rounds", "1", "--pipelined", "200"],
         ["sync recording", "pipelined"],
