@@ -4,9 +4,9 @@ named and labelled as Apache's rocketmq-exporter names them so its Grafana dashb
 The figures are the ones mqadmin reads (brokerStatus's runtime table, consumerProgress's offsets,
 statsAll's stats items), taken at scrape time: the collector asks the broker's event loop for a
 snapshot of plain values (so nothing is read while the loop changes it), then builds and formats the
-metric families on the HTTP server's thread. The only per-request work is the latency histograms'
-(``TimedProcessor``: two clock reads, one bisect and one list increment per send or pull), installed
-only when metrics are on."""
+metric families on the HTTP server's thread. The only per-request work is ``TimedProcessor``'s, installed
+only when metrics are on: two clock reads, one bisect and one list increment (the latency histogram)
+and one dict update (the bytes by topic) per send or pull."""
 
 from __future__ import annotations
 
