@@ -10,6 +10,7 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from rmqgate.server.client import RemotingClient
 from rmqgate.server.metrics import (
     BUCKETS,
     BrokerSnapshot,
@@ -237,3 +238,32 @@ async def test_metrics_port_in_broker_conf_serves_metrics(tmp_path: Any) -> None
         c.close()
     assert value(samples, "rocketmq_broker_send_latency_seconds_count", broker="broker-t") == 1
     assert value(samples, "rocketmq_producer_offset", topic="AutoT") == 1
+
+
+@async_test
+async def test_with_acl_on_the_timing_wraps_the_check_and_the_figures_are_read(tmp_path: Any) -> None:
+    from rmqgate.server.acl import AclGuard
+    from rmqgate.server.broker import BrokerController
+    from rmqgate.server.config import BrokerConfig
+    from rmqgate.server.testing import small_store
+
+    acl_file = tmp_path / "plain_acl.yml"
+    acl_file.write_text("globalWhiteRemoteAddresses:\n  - 127.0.0.1\naccounts: []\n")
+    config = small_store(BrokerConfig(brokerName="broker-acl", listenPort=0, aclEnable=True), tmp_path / "s")
+    broker = BrokerController(config, listen_host="127.0.0.1", acl_file=str(acl_file))
+    metrics = MetricsServer([broker], 0, "127.0.0.1")
+    metrics.install()
+    timed = broker.server.table[int(R.SEND_MESSAGE_V2)]
+    assert isinstance(timed, TimedProcessor) and isinstance(timed.inner, AclGuard)
+    await broker.start()
+    metrics.start()
+    try:
+        c = await RemotingClient.connect("127.0.0.1", broker.port)
+        assert (await c.invoke(send_v2("AclT", b"abc"))).code == 0
+        samples, _ = parse(await asyncio.to_thread(scrape, metrics.port))
+        c.close()
+    finally:
+        metrics.stop()
+        await broker.stop()
+    assert value(samples, "rocketmq_broker_send_latency_seconds_count", broker="broker-acl") == 1
+    assert value(samples, "rocketmq_brokeruntime_msg_put_total_today_now") == 1
