@@ -16,7 +16,17 @@ BENCH = Path(__file__).resolve().parent.parent
 
 #: script, tiny arguments, lines its report must contain
 CASES = [
+    (
+        "acl.py",
+        ["--seconds", "0.5", "--rounds", "1", "--connections", "2"],
+        ["aclEnable=true, signed sends", "signed / unsigned per round:"],
+    ),
     ("codec.py", [], ["target: codec at most"]),
+    (
+        "filter_pull.py",
+        ["2000", "--repeat", "1"],
+        ["SQL92 a BETWEEN 3 AND 7", "time / tag-filter time per round"],
+    ),
     ("pcap.py", ["--no-scapy", "--repeat", "1"], ["header decode = read_frames"]),
     ("store.py", ["2000", "--repeat", "1"], ["ASYNC / raw-write floor, same round:", "SYNC(64) / ASYNC"]),
     (
