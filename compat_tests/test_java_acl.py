@@ -22,6 +22,7 @@ GROUP = "AclGroup"
 #: one topic per client x headers run (the brokers live for the module)
 TOPICS = {(v, s): f"AclTopic_{v}_{s}" for v in CLIENT_VERSIONS for s in SERIALIZATIONS}
 CPP_TOPIC = "AclTopic_cpp"
+TX_TOPICS = {(v, s): f"AclTxTopic_{v}_{s}" for v in CLIENT_VERSIONS for s in SERIALIZATIONS}
 KEYS = {
     "adminAk": "aclAdmin01", "adminSk": "adminSecret01",
     "userAk": "aclUser001", "userSk": "userSecret01",
@@ -32,7 +33,7 @@ KEYS = {
 
 
 def _perms(perm: str) -> str:
-    return "\n".join(f"      - {t}={perm}" for t in (*TOPICS.values(), CPP_TOPIC))
+    return "\n".join(f"      - {t}={perm}" for t in (*TOPICS.values(), *TX_TOPICS.values(), CPP_TOPIC))
 
 
 PLAIN_ACL = f"""\
@@ -105,6 +106,22 @@ def test_signed_clients_let_through_or_refused_as_java(acl_pair, version, serial
     assert isinstance(gate, dict) and isinstance(java_side, dict)
     # every refusal with Java's code and remark (the remark names the AclException and where it is thrown)
     assert gate["data"] == java_side["data"], java.detail(results)
+
+
+@pytest.mark.parametrize("version", CLIENT_VERSIONS, ids=lambda v: f"client{v}")
+@pytest.mark.parametrize("serialization", SERIALIZATIONS)
+def test_transactions_and_check_back_with_acl_as_java(acl_pair, version, serialization):
+    """A signed TransactionMQProducer: commit delivers, rollback does not, UNKNOW is settled by the
+    broker's check-back and the producer's signed END_TRANSACTION (which needs a valid signature and
+    no permission, as 4.9.8's validator parses it); a key without PUB is refused the half message."""
+    topic = TX_TOPICS[version, serialization]
+    results = acl_pair.run("AclTransaction", version, serialization, {"topic": topic, "group": GROUP, **KEYS})
+    acl_pair.assert_same(results)
+    gate, java_side = results["rmqgate"], results["java"]
+    assert isinstance(gate, dict) and isinstance(java_side, dict)
+    assert gate["data"] == java_side["data"], java.detail(results)
+    refused = gate["data"]["half message without PUB on the topic"]
+    assert refused["code"] == 1 and f"No default permission for topic:{topic}, " in refused["remark"]
 
 
 def _normalized(text: str, cluster: Cluster) -> str:

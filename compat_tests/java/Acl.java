@@ -26,12 +26,12 @@ public final class Acl {
         Harness.run(argv, Acl::scenario);
     }
 
-    private static RPCHook hook(String ak, String sk) {
+    static RPCHook hook(String ak, String sk) {
         return ak == null ? null : new AclClientRPCHook(new SessionCredentials(ak, sk));
     }
 
     /** A started producer signing as {@code ak} (none: unsigned); its own client instance (hooks are per instance). */
-    private static DefaultMQProducer producer(Harness h, String name, String ak, String sk) throws Exception {
+    static DefaultMQProducer producer(Harness h, String name, String ak, String sk) throws Exception {
         String id = name.replaceAll("[^A-Za-z0-9]", "_");
         DefaultMQProducer p = ak == null ? new DefaultMQProducer("acl_pg_" + id)
             : new DefaultMQProducer("acl_pg_" + id, hook(ak, sk));
@@ -44,7 +44,7 @@ public final class Acl {
     }
 
     /** The response code and remark of the broker's refusal in {@code e}'s causes. */
-    private static JSONObject refusal(Throwable e) {
+    static JSONObject refusal(Throwable e) {
         JSONObject out = new JSONObject(true);
         for (Throwable t = e; t != null; t = t.getCause()) {
             if (t instanceof MQBrokerException) {
@@ -65,7 +65,7 @@ public final class Acl {
     }
 
     /** UPDATE_AND_CREATE_TOPIC to the program's broker, signed as the producer signs. */
-    private static void createTopic(Harness h, DefaultMQProducer p, String topic) throws Exception {
+    static void createTopic(Harness h, DefaultMQProducer p, String topic) throws Exception {
         p.getDefaultMQProducerImpl().getmQClientFactory().getMQClientAPIImpl()
             .createTopic(h.str("broker"), "TBW102", new TopicConfig(topic, 4, 4, 6), 10_000);
     }

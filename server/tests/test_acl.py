@@ -138,6 +138,20 @@ def test_validator_checks_in_java_order(tmp_path):
     )
 
 
+def test_end_transaction_needs_a_signature_but_no_permission(tmp_path):
+    """4.9.8's validator parses no resource for END_TRANSACTION: a signed commit or rollback goes
+    through whatever the account may do with the topic; unsigned or wrongly signed it is refused."""
+    v = _validator(tmp_path)
+    end = {"producerGroup": "PG", "tranStateTableOffset": "3", "commitLogOffset": "1024",
+           "commitOrRollback": "8", "fromTransactionCheck": "true", "msgId": "AC1", "transactionId": "AC1"}  # fmt: skip
+    assert v.needed(RemotingCommand.request(R.END_TRANSACTION, end), end) is None
+    assert _refusal(v, _signed(R.END_TRANSACTION, end, "userKey001", "userSecret01")) is None
+    assert "Check signature failed for accessKey=userKey001" in _refusal(
+        v, _signed(R.END_TRANSACTION, end, "userKey001", "wrongSecret")
+    )
+    assert "No accessKey is configured" in _refusal(v, RemotingCommand.request(R.END_TRANSACTION, end))
+
+
 def test_file_reload(tmp_path):
     v = _validator(tmp_path)
     cmd = _signed(R.GET_BROKER_CONFIG, {}, "newKey0001", "newSecret01")
