@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-import os
 import shutil
 import time
 from decimal import ROUND_HALF_UP, Decimal
@@ -656,14 +655,13 @@ class AdminBrokerProcessor(RequestProcessor):
         for key, name in _QUEUE_CAPACITIES.items():
             table[key] = props[name]
         table.update(store.runtime_info())
-        root = store.config.store_path_root_dir
-        commitlog = store.config.store_path_commit_log or os.path.join(root, "commitlog")
+        commitlog = store.config.commitlog_dir
         table[f"commitLogDiskRatio_{commitlog}"] = table["commitLogDiskRatio"]
         for level, offset in store.meta.delay_offsets().items():  # ScheduleMessageService.buildRunningStats
             max_offset = store.get_max_offset_in_queue(SCHEDULE_TOPIC, level - 1)
             table[f"scheduleMessageOffset_{level}"] = f"{offset},{max_offset}"
         try:
-            usage = shutil.disk_usage(root)
+            usage = shutil.disk_usage(commitlog)  # (storePathCommitLog's partition, as Java's)
         except OSError:  # (Java leaves the key out when the directory does not exist)
             pass
         else:
