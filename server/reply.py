@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from rmqgate.server.remoting import Channel, RequestProcessor
 from rmqgate.server.send import born_address
-from rmqgate.server.topics import NOT_ALLOWED_SEND_TOPICS, PERM_WRITE, topic_config_str
+from rmqgate.server.topics import topic_config_str
 from rmqgate.store.api import PutMessageStatus
 from rmqgate.wire.codes import RequestCode, ResponseCode
 from rmqgate.wire.command import RemotingCommand
@@ -62,17 +62,10 @@ class ReplyMessageProcessor(RequestProcessor):
             h = SendMessageRequestHeader.from_ext(ext)
         else:
             h = SendMessageRequestHeader.from_ext_v2(ext)
-        tc = self.broker.topics.table.get(h.topic)
-        if (
-            tc is None
-            or h.topic in NOT_ALLOWED_SEND_TOPICS
-            or not self.broker.config.brokerPermission & PERM_WRITE
-        ):
-            # msgCheck: the send processor's checks and auto-creation (no wait for the name servers)
-            checked = self.broker.send_processor._msg_check(channel, request, h)
-            if type(checked) is RemotingCommand:
-                return checked
-            tc = checked
+        # msgCheck: the send processor's checks and auto-creation (no wait for the name servers)
+        tc = self.broker.send_processor._msg_check(channel, request, h)
+        if type(tc) is RemotingCommand:
+            return tc
         queue_id = h.queue_id
         if queue_id >= max(tc["writeQueueNums"], tc["readQueueNums"]):
             return request.response(
