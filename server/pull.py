@@ -331,9 +331,13 @@ class PullMessageProcessor(RequestProcessor):
                 {},
             )
         codes = None if sub.matches_all() else sub.code_set
-        props_filter = message_filter(broker.consumers.filters, sub, filter_data, config.filterSupportRetry)
-        if filter_data is not None and filter_data.tags_codes is not None:
-            codes = filter_data.tags_codes  # an expression true only for some TAGS: skip the rest unread
+        props_filter = None
+        if filter_data is not None or config.filterSupportRetry:  # (a TAG pull has nothing to build)
+            props_filter = message_filter(
+                broker.consumers.filters, sub, filter_data, config.filterSupportRetry
+            )
+            if filter_data is not None and filter_data.tags_codes is not None:
+                codes = filter_data.tags_codes  # an expression true only for some TAGS: skip the rest unread
         missing and _read(missing, "queueOffset", "maxMsgNums")
         offset = h.queue_offset
         res = self.store.get_messages(
