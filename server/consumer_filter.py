@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from rmqgate.server.filter import CompiledExpression, FilterParseError, compile_expression, is_tag_type
 from rmqgate.server.topics import RETRY_GROUP_TOPIC_PREFIX
-from rmqgate.wire.message import PROPERTY_RETRY_TOPIC, java_string_hash
+from rmqgate.wire.message import PROPERTY_RETRY_TOPIC
 
 if TYPE_CHECKING:
     from rmqgate.server.consumer import SubscriptionData
@@ -157,9 +157,9 @@ def build(
             "parse error: expr=%s, topic=%s, group=%s, error=%s", expression, topic, group, exc.remark
         )
         return None
-    tags = compiled.implied_tags
-    codes = None if tags is None else frozenset(java_string_hash(t) for t in tags)
-    return ConsumerFilterData(topic, group, expression, expression_type, version, compiled, _now(), 0, codes)
+    return ConsumerFilterData(
+        topic, group, expression, expression_type, version, compiled, _now(), 0, compiled.implied_tag_codes
+    )
 
 
 def _now() -> int:

@@ -17,7 +17,7 @@ import struct
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
-from rmqgate.wire.message import PROPERTY_TAGS, java_hashmap_order
+from rmqgate.wire.message import PROPERTY_TAGS, java_hashmap_order, java_string_hash
 
 #: Expression types of ``ExpressionType``; an absent or empty type is TAG.
 TAG = "TAG"
@@ -888,7 +888,7 @@ class CompiledExpression:
     """One compiled selector: ``evaluate`` gives Java's evaluation result (True/False/None; a Java
     exception is None), ``matches`` whether a message with these properties is delivered."""
 
-    __slots__ = ("_fn", "implied_tags", "matches", "text", "to_string")
+    __slots__ = ("_fn", "implied_tag_codes", "implied_tags", "matches", "text", "to_string")
 
     def __init__(self, text: str, node: Node) -> None:
         self.text = text
@@ -898,6 +898,8 @@ class CompiledExpression:
         #: None: a pull may then skip a message by its ConsumeQueue tagsCode without reading it (an
         #: optimisation 4.9.8 does not make; what it delivers is the same)
         self.implied_tags = node.tags
+        #: their String hash codes, as the ConsumeQueue's tagsCode holds them
+        self.implied_tag_codes = None if node.tags is None else frozenset(map(java_string_hash, node.tags))
         #: ``isMatchedByCommitLog``: only a Boolean true matches; what throws does not (a closure:
         #: the pull's per-message call)
         self.matches: Callable[[Props], bool] = _matcher(node.fn)

@@ -19,6 +19,7 @@ from rmqgate.server.consumer_filter import (
     message_filter,
 )
 from rmqgate.server.filter import FilterParseError, _EvalError, compile_expression, compile_sql92
+from rmqgate.wire.message import java_string_hash
 
 # (expression, properties, Java's result, Java's toString of the compiled expression)
 EVALUATIONS = [
@@ -386,6 +387,9 @@ def test_implied_tags_only_where_the_expression_needs_them(expression: str, tags
     its tagsCode; checked here against evaluation for a few TAGS values."""
     compiled = compile_sql92(expression)
     assert compiled.implied_tags == (None if tags is None else frozenset(tags))
+    filter_data = build("T", "G", expression, "SQL92", 1)
+    assert filter_data is not None
+    assert filter_data.tags_codes == (None if tags is None else {java_string_hash(t) for t in tags})
     if tags is not None:
         for tag in ("A", "B", "C", None):
             props = {"a": "2"} if tag is None else {"a": "2", "TAGS": tag}
