@@ -392,20 +392,7 @@ def _not(inner: Node) -> Node:
 
 
 def _and(left: Node, right: Node) -> Node:
-    lf, rf = left.fn, right.fn
-
-    def and_(p: Props) -> bool | None:
-        lv = lf(p)
-        if lv is False:
-            return False
-        rv = rf(p)
-        if rv is False:
-            return False
-        if lv is None or rv is None:
-            return None
-        return True
-
-    node = Node(BOOL, and_, f"({left.text} && {right.text})", boolean=True)
+    node = _logic(left, right, "&&", False)
     if left.tags is not None and right.tags is not None:
         node.tags = left.tags & right.tags
     else:
@@ -414,23 +401,30 @@ def _and(left: Node, right: Node) -> Node:
 
 
 def _or(left: Node, right: Node) -> Node:
-    lf, rf = left.fn, right.fn
-
-    def or_(p: Props) -> bool | None:
-        lv = lf(p)
-        if lv is True:
-            return True
-        rv = rf(p)
-        if rv is True:
-            return True
-        if lv is None or rv is None:
-            return None
-        return False
-
-    node = Node(BOOL, or_, f"({left.text} || {right.text})", boolean=True)
+    node = _logic(left, right, "||", True)
     if left.tags is not None and right.tags is not None:
         node.tags = left.tags | right.tags
     return node
+
+
+def _logic(left: Node, right: Node, symbol: str, decisive: bool) -> Node:
+    """``LogicExpression`` AND (``decisive`` False) or OR (True): an operand equal to ``decisive``
+    decides, else an unknown operand makes the result unknown."""
+    lf, rf = left.fn, right.fn
+    otherwise = not decisive
+
+    def logic(p: Props) -> bool | None:
+        lv = lf(p)
+        if lv is decisive:
+            return decisive
+        rv = rf(p)
+        if rv is decisive:
+            return decisive
+        if lv is None or rv is None:
+            return None
+        return otherwise
+
+    return Node(BOOL, logic, f"({left.text} {symbol} {right.text})", boolean=True)
 
 
 def _as_boolean(node: Node) -> Node:
