@@ -326,6 +326,7 @@ def test_a_send_frame_shows_its_declared_fields(lua_script: Path) -> None:
     _no_lua_error(pull)
     assert "StoredMessage 1" in pull.stdout and "queue offset:" in pull.stdout
     route = _tshark(lua_script, pcap, "-V", "-Y", "rocketmq.json.brokerName")
+    _no_lua_error(route)
     assert "TopicRouteData" in route.stdout
 
 
