@@ -573,9 +573,6 @@ class RecordProperties(bytes):
         except UnicodeDecodeError:
             return default
 
-    def to_dict(self) -> dict[str, str]:
-        return parse_properties(str(self, "utf-8", "replace"))
-
 
 _PAIRS: dict[str, bytes] = {}
 

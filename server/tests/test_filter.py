@@ -292,6 +292,8 @@ def test_dead_filter_data_is_kept_and_revived() -> None:
 def test_pull_without_compiled_filter_data_delivers_everything() -> None:
     assert build("T", "G", "a = NULL", "SQL92", 1) is None
     assert build("T", "G", "TagA", "TAG", 1) is None
+    # no filter data: no properties predicate for the store, so every tag-matched message is delivered
+    assert message_filter(ConsumerFilterManager(), _Sub("T", "SQL92"), None, False) is None
 
 
 class _Sub:
