@@ -922,7 +922,8 @@ class DefaultMessageStore:
         return self.get_message_store_timestamp(topic, queue_id, cq.get_min_offset_in_queue())
 
     def get_min_phy_offset(self) -> int:
-        return self.commitlog.get_min_offset()
+        """``getMinPhyOffset``: the first segment's start; -1 while the CommitLog has no segment."""
+        return self.commitlog.get_min_offset() if self.commitlog.queue.files else -1
 
     def get_max_phy_offset(self) -> int:
         return self.commitlog.get_max_offset()
@@ -1081,7 +1082,7 @@ class DefaultMessageStore:
         else:
             cl_ratio = cq_ratio
         return {
-            "commitLogMinOffset": str(cl.get_min_offset()),
+            "commitLogMinOffset": str(self.get_min_phy_offset()),
             "commitLogMaxOffset": str(cl.get_max_offset()),
             "commitLogDiskRatio": cl_ratio,
             "consumeQueueDiskRatio": cq_ratio,

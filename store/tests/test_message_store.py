@@ -846,3 +846,15 @@ def test_disk_ratio_is_javas_used_over_used_and_available(
         assert s.runtime_info()["commitLogDiskRatio"] == "0.5"  # Double.toString of 50 / 100.0
     finally:
         s.shutdown()
+
+
+def test_min_phy_offset_is_minus_one_until_the_commitlog_has_a_segment(tmp_path: Path) -> None:
+    """``getMinPhyOffset`` (brokerStatus' commitLogMinOffset) of an empty CommitLog is -1, as a fresh
+    Java 4.9.8 broker's brokerStatus prints it; the first put's segment starts at 0."""
+    s = DefaultMessageStore.open(cfg(tmp_path), start_services=False)
+    try:
+        assert s.get_min_phy_offset() == -1 and s.runtime_info()["commitLogMinOffset"] == "-1"
+        s.put_message(msg())
+        assert s.get_min_phy_offset() == 0 and s.runtime_info()["commitLogMinOffset"] == "0"
+    finally:
+        s.shutdown()
