@@ -553,7 +553,9 @@ class RecordProperties(bytes):
     def get(self, name: str, default: str | None = None) -> str | None:
         pair = _PAIRS.get(name)
         if pair is None:
-            pair = _PAIRS[name] = (name + NAME_VALUE_SEPARATOR).encode()
+            pair = (name + NAME_VALUE_SEPARATOR).encode()
+            if len(_PAIRS) < _MAX_PAIRS:  # the names come from clients' expressions: kept bounded
+                _PAIRS[name] = pair
         raw = self
         at = raw.rfind(pair)
         if at < 0:
@@ -575,6 +577,7 @@ class RecordProperties(bytes):
 
 
 _PAIRS: dict[str, bytes] = {}
+_MAX_PAIRS = 4096
 
 
 def scan_index_records(buf: bytes | bytearray | mmap.mmap, pos: int, end: int, max_records: int) -> IndexScan:

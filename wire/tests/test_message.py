@@ -937,3 +937,15 @@ def test_detached_copy_owns_its_body_and_properties_and_keeps_the_string_as_read
     assert m.decode_message(m.encode_message(copy), 0).properties_raw == raw_props
     copy.properties["C"] = "3"  # a changed dict is written as the dict says
     assert m.decode_message(m.encode_message(copy), 0).properties == {"B": "2", "A": "1", "C": "3"}
+
+
+def test_record_properties_read_like_parse_properties_and_keep_few_names() -> None:
+    text = "a\x01first\x02TAGS\x01x\x02a\x01\x02b\x01é"
+    props = m.RecordProperties(text.encode())
+    assert props.get("a") == "first"  # the last pair with a value, as parse_properties keeps it
+    assert props.get("TAGS") == "x" and props.get("b") == "é" and props.get("AGS") is None
+    assert props.get("absent", "d") == "d"
+    for i in range(m._MAX_PAIRS + 10):  # property names are the clients' own: the cache is bounded
+        props.get(f"n{i}")
+    assert len(m._PAIRS) <= m._MAX_PAIRS
+    assert props.get("TAGS") == "x"
