@@ -64,7 +64,7 @@ class SubscriptionData:
         so " " matches no tag. A text that splits into nothing ("||") raises
         ``SubscriptionParseError`` (Java's "subString split error"), or with ``strict=False`` has no
         tags and matches nothing."""
-        if not is_tag_type(expression_type) and not sub_string and strict:
+        if not sub_string and strict and not is_tag_type(expression_type):
             raise SubscriptionParseError(f"Expression can't be null! {expression_type}")
         sub = sub_string or SUB_ALL
         data = cls(topic, sub, sub_version or int(time.time() * 1000), expression_type or "TAG")

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from rmqgate.server.consumer import SubscriptionData, SubscriptionParseError
 from rmqgate.server.consumer_filter import (
     ConsumerFilterManager,
     bloom_filter_data,
@@ -413,3 +414,11 @@ def test_bloom_filter_positions_as_4_9_8(key: str, positions: list[int]) -> None
     """BloomFilter.createByFn(20, 32).calcBitPositions(key), as the 4.9.8 filter jar printed them."""
     data = bloom_filter_data(key)
     assert data["bitNum"] == 112 and list(data["bitPos"]) == positions
+
+
+def test_a_sql92_subscription_without_text_is_refused_as_filter_api_build() -> None:
+    with pytest.raises(SubscriptionParseError, match="Expression can't be null! SQL92"):
+        SubscriptionData.build("T", "", "SQL92")
+    assert SubscriptionData.build("T", "", "SQL92", strict=False).sub_string == "*"
+    assert SubscriptionData.build("T", "", "TAG").matches_all()
+    assert SubscriptionData.build("T", None, None).matches_all()
