@@ -403,6 +403,15 @@ def _hashmap_order(keys: list[str]) -> list[str]:
     return sorted(keys, key=bucket)  # stable: insertion order within a bucket
 
 
+def _add(out: dict[str, int], resource: str | None, perm: int) -> None:
+    if resource is not None:
+        out[resource] = perm
+
+
+def _retry(group: str | None) -> str | None:
+    return None if group is None else RETRY_PREFIX + group
+
+
 class PlainAccessValidator:
     """The validator and its file (re-read when it changes)."""
 
@@ -475,48 +484,40 @@ class PlainAccessValidator:
         """PlainAccessValidator.parse: the resources the request code needs, with their perm."""
         code = request.code
         out: dict[str, int] = {}
-
-        def add(resource: str | None, perm: int) -> None:
-            if resource is not None:
-                out[resource] = perm
-
-        def retry(group: str | None) -> str | None:
-            return None if group is None else RETRY_PREFIX + group
-
         if code == RequestCode.SEND_MESSAGE_V2 or code == RequestCode.SEND_MESSAGE:
             v2 = code == RequestCode.SEND_MESSAGE_V2
             topic = ext.get("b" if v2 else "topic")
             if topic is not None and topic.startswith(RETRY_PREFIX):
-                add(retry(ext.get("a" if v2 else "group")), SUB)
+                _add(out, _retry(ext.get("a" if v2 else "group")), SUB)
             else:
-                add(topic, PUB)
+                _add(out, topic, PUB)
         elif code == RequestCode.CONSUMER_SEND_MSG_BACK:
-            add(retry(ext.get("group")), SUB)
+            _add(out, _retry(ext.get("group")), SUB)
         elif code == RequestCode.PULL_MESSAGE:
-            add(ext.get("topic"), SUB)
-            add(retry(ext.get("consumerGroup")), SUB)
+            _add(out, ext.get("topic"), SUB)
+            _add(out, _retry(ext.get("consumerGroup")), SUB)
         elif code == RequestCode.QUERY_MESSAGE:
-            add(ext.get("topic"), SUB)
+            _add(out, ext.get("topic"), SUB)
         elif code == RequestCode.HEART_BEAT:
             try:
                 data = HeartbeatData.from_json(request.body)
             except Exception as exc:
                 raise AclError(str(exc), _AT_PARSE) from None
             for consumer in data.consumer_data_set:
-                add(retry(consumer.group_name), SUB)
+                _add(out, _retry(consumer.group_name), SUB)
                 for sub in consumer.subscription_data_set:
-                    add(sub.topic, SUB)
+                    _add(out, sub.topic, SUB)
         elif code in (RequestCode.UNREGISTER_CLIENT, RequestCode.GET_CONSUMER_LIST_BY_GROUP):
             required = "clientID" if code == RequestCode.UNREGISTER_CLIENT else "consumerGroup"
             if required not in ext:  # decodeCommandCustomHeader's @CFNotNull
                 raise AclError(f"the custom field <{required}> is null", _AT_PARSE)
-            add(retry(ext.get("consumerGroup")), SUB)
+            _add(out, _retry(ext.get("consumerGroup")), SUB)
         elif code == RequestCode.UPDATE_CONSUMER_OFFSET:
             for name in ("consumerGroup", "topic", "queueId", "commitOffset"):
                 if name not in ext:
                     raise AclError(f"the custom field <{name}> is null", _AT_PARSE)
-            add(retry(ext.get("consumerGroup")), SUB)
-            add(ext.get("topic"), SUB)
+            _add(out, _retry(ext.get("consumerGroup")), SUB)
+            _add(out, ext.get("topic"), SUB)
         return out or None
 
     def validate(self, request: RemotingCommand, remote_ip: str) -> str | None:
@@ -580,9 +581,12 @@ class PlainAccessValidator:
     def check(self, channel: Channel, request: RemotingCommand) -> RemotingCommand | None:
         """The refusal for ``request`` (logged), or None to let it through."""
         addr = channel.remote_addr
-        ip = addr[: addr.rfind(":")] if ":" in addr else addr
-        if ip.startswith("[") and ip.endswith("]"):
-            ip = ip[1:-1]
+        ip = channel.attrs.get("acl_ip")
+        if ip is None:  # the peer's address, taken once a connection
+            ip = addr[: addr.rfind(":")] if ":" in addr else addr
+            if ip.startswith("[") and ip.endswith("]"):
+                ip = ip[1:-1]
+            channel.attrs["acl_ip"] = ip
         try:
             self.validate(request, ip)
         except AclError as exc:
