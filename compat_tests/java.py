@@ -16,6 +16,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from rmqgate.compat_tests.drivers import Background, DriverError
 from rmqgate.compat_tests.servers import free_port, port_open, terminate, wait_logged
 
@@ -28,6 +30,9 @@ STARTUP_TIMEOUT = 60.0
 SERIALIZATIONS = ("JSON", "ROCKETMQ")
 #: Client generations: 4 = rocketmq-client 4.9.8, 5 = rocketmq-client 5.3.3 (remoting).
 CLIENT_VERSIONS = (4, 5)
+#: Parametrize a test over every client generation / every header serialization.
+BY_CLIENT = pytest.mark.parametrize("version", CLIENT_VERSIONS, ids=lambda v: f"client{v}")
+BY_HEADERS = pytest.mark.parametrize("serialization", SERIALIZATIONS)
 
 
 def rocketmq_home() -> Path:
@@ -258,6 +263,18 @@ def compare_outcomes(
         elif not result["checks"]:
             problems.append(f"{broker}: the program made no check")
     return problems
+
+
+def data(results: dict[str, Any], key: str) -> dict[str, Any]:
+    """``data[key]`` of each broker's result (the programs ran to the end: assert_same held)."""
+    return {broker: result["data"].get(key) for broker, result in results.items()}
+
+
+def same_property_map(gate: dict[str, str], java: dict[str, str], what: str, volatile: set[str]) -> None:
+    """Two message property maps have the same keys, and the same values but for ``volatile`` ones."""
+    assert sorted(gate) == sorted(java), f"{what} property keys: rmqgate {sorted(gate)}, java {sorted(java)}"
+    differing = {k: (gate[k], java[k]) for k in java if k not in volatile and gate[k] != java[k]}
+    assert not differing, f"{what} values (rmqgate, java): {differing}"
 
 
 def detail(results: dict[str, dict[str, Any] | Exception]) -> str:

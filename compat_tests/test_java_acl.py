@@ -95,8 +95,8 @@ def acl_pair(
         yield pair
 
 
-@pytest.mark.parametrize("version", CLIENT_VERSIONS, ids=lambda v: f"client{v}")
-@pytest.mark.parametrize("serialization", SERIALIZATIONS)
+@java.BY_CLIENT
+@java.BY_HEADERS
 def test_signed_clients_let_through_or_refused_as_java(acl_pair, version, serialization):
     results = acl_pair.run(
         "Acl", version, serialization, {"topic": TOPICS[version, serialization], "group": GROUP, **KEYS}
@@ -108,8 +108,8 @@ def test_signed_clients_let_through_or_refused_as_java(acl_pair, version, serial
     assert gate["data"] == java_side["data"], java.detail(results)
 
 
-@pytest.mark.parametrize("version", CLIENT_VERSIONS, ids=lambda v: f"client{v}")
-@pytest.mark.parametrize("serialization", SERIALIZATIONS)
+@java.BY_CLIENT
+@java.BY_HEADERS
 def test_transactions_and_check_back_with_acl_as_java(acl_pair, version, serialization):
     """A signed TransactionMQProducer: commit delivers, rollback does not, UNKNOW is settled by the
     broker's check-back and the producer's signed END_TRANSACTION (which needs a valid signature and

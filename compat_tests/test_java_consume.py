@@ -9,12 +9,10 @@ from typing import Any
 
 import pytest
 
-from rmqgate.compat_tests.java import CLIENT_VERSIONS, SERIALIZATIONS, BrokerPair
+from rmqgate.compat_tests.java import BY_CLIENT, BY_HEADERS, BrokerPair
 
 pytestmark = [pytest.mark.slow, pytest.mark.java]
 
-BY_CLIENT = pytest.mark.parametrize("version", CLIENT_VERSIONS, ids=lambda v: f"client{v}")
-BY_HEADERS = pytest.mark.parametrize("serialization", SERIALIZATIONS)
 
 #: Why the 5.x lite pull consumer works only on rmqgate: it pulls with LITE_PULL_MESSAGE (361),
 #: which 4.9.8 answers REQUEST_CODE_NOT_SUPPORTED and rmqgate serves as PULL_MESSAGE (as 5.x brokers).

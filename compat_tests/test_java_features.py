@@ -9,12 +9,10 @@ from typing import Any
 
 import pytest
 
-from rmqgate.compat_tests.java import CLIENT_VERSIONS, SERIALIZATIONS, BrokerPair
+from rmqgate.compat_tests.java import BY_CLIENT, BY_HEADERS, BrokerPair, data, same_property_map
 
 pytestmark = [pytest.mark.slow, pytest.mark.java]
 
-BY_CLIENT = pytest.mark.parametrize("version", CLIENT_VERSIONS, ids=lambda v: f"client{v}")
-BY_HEADERS = pytest.mark.parametrize("serialization", SERIALIZATIONS)
 
 #: Properties whose values differ from run to run or broker to broker (ids, times, addresses): only
 #: their presence is compared.
@@ -36,11 +34,6 @@ VOLATILE = {
 QUEUE_PICKED = {"queueId", "queueOffset"}
 
 
-def data(results: dict[str, Any], key: str) -> dict[str, Any]:
-    """``data[key]`` of each broker's result (the programs ran to the end: assert_same held)."""
-    return {broker: result["data"].get(key) for broker, result in results.items()}
-
-
 def same_properties(results: dict[str, Any], key: str) -> None:
     """The property maps under ``data[key]`` (name -> properties) have the same keys on both
     brokers, and the same values but for VOLATILE ones."""
@@ -48,13 +41,7 @@ def same_properties(results: dict[str, Any], key: str) -> None:
     gate, java = by_broker["rmqgate"] or {}, by_broker["java"] or {}
     assert sorted(gate) == sorted(java), by_broker
     for name in java:
-        same_property_map(gate[name], java[name], f"{key}[{name}]")
-
-
-def same_property_map(gate: dict[str, str], java: dict[str, str], what: str) -> None:
-    assert sorted(gate) == sorted(java), f"{what} property keys: rmqgate {sorted(gate)}, java {sorted(java)}"
-    differing = {k: (gate[k], java[k]) for k in java if k not in VOLATILE and gate[k] != java[k]}
-    assert not differing, f"{what} values (rmqgate, java): {differing}"
+        same_property_map(gate[name], java[name], f"{key}[{name}]", VOLATILE)
 
 
 def same_stored(results: dict[str, Any], key: str, *, single: bool = False) -> None:
@@ -80,7 +67,7 @@ def test_transaction_commit_rollback_and_check_back(broker_pair: BrokerPair, uni
     same_properties(results, "properties")
     same_stored(results, "stored")
     check_back = data(results, "checkBackProperties")
-    same_property_map(check_back["rmqgate"], check_back["java"], "the check-back's message")
+    same_property_map(check_back["rmqgate"], check_back["java"], "the check-back's message", VOLATILE)
     same_stored(results, "checkBackStored", single=True)
 
 

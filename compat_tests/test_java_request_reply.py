@@ -7,16 +7,12 @@ copies stored in <cluster>_REPLY_TOPIC must match key for key."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
-from rmqgate.compat_tests.java import CLIENT_VERSIONS, SERIALIZATIONS, BrokerPair
+from rmqgate.compat_tests.java import BY_CLIENT, BY_HEADERS, BrokerPair, data, same_property_map
 
 pytestmark = [pytest.mark.slow, pytest.mark.java]
 
-BY_CLIENT = pytest.mark.parametrize("version", CLIENT_VERSIONS, ids=lambda v: f"client{v}")
-BY_HEADERS = pytest.mark.parametrize("serialization", SERIALIZATIONS)
 
 #: Properties whose values differ from run to run or broker to broker (ids, times, addresses, the
 #: cluster's name): only their presence is compared.
@@ -33,16 +29,6 @@ VOLATILE = {
 }
 #: Stored.meta fields that name the cluster (the topic) or depend on what else the shared reply topic holds.
 PLACE = {"topic", "queueId", "queueOffset"}
-
-
-def data(results: dict[str, Any], key: str) -> dict[str, Any]:
-    return {broker: result["data"].get(key) for broker, result in results.items()}
-
-
-def same_property_map(gate: dict[str, str], java: dict[str, str], what: str) -> None:
-    assert sorted(gate) == sorted(java), f"{what} property keys: rmqgate {sorted(gate)}, java {sorted(java)}"
-    differing = {k: (gate[k], java[k]) for k in java if k not in VOLATILE and gate[k] != java[k]}
-    assert not differing, f"{what} values (rmqgate, java): {differing}"
 
 
 @BY_CLIENT
@@ -62,23 +48,23 @@ def test_request_reply(broker_pair: BrokerPair, uniq, version, serialization):
         by_broker = data(results, key)
         assert by_broker["rmqgate"] == by_broker["java"], f"{key}: {by_broker}"
     props = data(results, "asyncReplyProperties")
-    same_property_map(props["rmqgate"], props["java"], "asyncReplyProperties")
+    same_property_map(props["rmqgate"], props["java"], "asyncReplyProperties", VOLATILE)
     sync = data(results, "syncReply")
     if version == 4:
         assert sync["rmqgate"] == sync["java"], f"syncReply: {sync}"
         props = data(results, "syncReplyProperties")
-        same_property_map(props["rmqgate"], props["java"], "syncReplyProperties")
+        same_property_map(props["rmqgate"], props["java"], "syncReplyProperties", VOLATILE)
     requests = data(results, "requestProperties")
     assert sorted(requests["rmqgate"]) == sorted(requests["java"])
     for body, props in requests["java"].items():
-        same_property_map(requests["rmqgate"][body], props, f"the request {body} the replier saw")
+        same_property_map(requests["rmqgate"][body], props, f"the request {body} the replier saw", VOLATILE)
     stored = data(results, "stored")
     gate, java = stored["rmqgate"] or {}, stored["java"] or {}
     assert {k: len(v) for k, v in gate.items()} == {k: len(v) for k, v in java.items()}, stored
     for body, copies in java.items():
         for g, j in zip(gate[body], copies, strict=True):
             assert g["body"] == j["body"]
-            same_property_map(g["properties"], j["properties"], f"the stored reply to {body}")
+            same_property_map(g["properties"], j["properties"], f"the stored reply to {body}", VOLATILE)
             gm = {k: v for k, v in g["stored"].items() if k not in PLACE}
             jm = {k: v for k, v in j["stored"].items() if k not in PLACE}
             assert gm == jm, f"the stored reply to {body}: rmqgate {gm}, java {jm}"

@@ -5,12 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from rmqgate.compat_tests.java import CLIENT_VERSIONS, SERIALIZATIONS
+from rmqgate.compat_tests.java import BY_CLIENT, BY_HEADERS
 
 pytestmark = [pytest.mark.slow, pytest.mark.java]
-
-BY_CLIENT = pytest.mark.parametrize("version", CLIENT_VERSIONS, ids=lambda v: f"client{v}")
-BY_HEADERS = pytest.mark.parametrize("serialization", SERIALIZATIONS)
 
 
 @BY_CLIENT

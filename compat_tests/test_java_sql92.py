@@ -15,15 +15,13 @@ import pytest
 
 from rmqgate.compat_tests import java
 from rmqgate.compat_tests.conftest import started_pair
-from rmqgate.compat_tests.java import CLIENT_VERSIONS, SERIALIZATIONS, BrokerPair
+from rmqgate.compat_tests.java import BY_CLIENT, BY_HEADERS, BrokerPair
 from rmqgate.compat_tests.servers import BROKER_CONF
 from rmqgate.compat_tests.wire_client import WireClient, dumps, heartbeat_body, loads
 from rmqgate.wire.codes import RequestCode, ResponseCode
 
 pytestmark = [pytest.mark.slow, pytest.mark.java]
 
-BY_CLIENT = pytest.mark.parametrize("version", CLIENT_VERSIONS, ids=lambda v: f"client{v}")
-BY_HEADERS = pytest.mark.parametrize("serialization", SERIALIZATIONS)
 
 LITE_CHECK = (
     "lite pull a IS NULL OR (a > 9 AND TAGS <> 'TagA') OR NOT (a < 11) got exactly its messages, once"
@@ -104,7 +102,7 @@ def test_retry_topic_filtered_by_the_original_expression_with_filter_support_ret
     assert received == {"retry": "direct-1,retry-1", "plain": "direct-1,retry-1,retry-2"}
 
 
-@pytest.mark.parametrize("version", CLIENT_VERSIONS, ids=lambda v: f"client{v}")
+@BY_CLIENT
 def test_sql92_refused_with_property_filter_off(filter_off_pair: BrokerPair, uniq, version):
     """With enablePropertyFilter=false 4.9.8 answers CHECK_CLIENT_CONFIG (a push consumer's start)
     and a SQL92 pull SYSTEM_ERROR "The broker does not support consumer to filter message by SQL92";
