@@ -28,8 +28,6 @@ public final class AclTransaction {
         Harness.run(argv, AclTransaction::scenario);
     }
 
-    static final String[] DECISIONS = {"commit", "rollback", "unknown"};
-
     /** A started transactional producer signing as {@code ak}; its own client instance. */
     private static TransactionMQProducer producer(Harness h, String id, String ak, String sk,
         TransactionListener listener) throws Exception {
@@ -59,14 +57,7 @@ public final class AclTransaction {
             @Override
             public LocalTransactionState executeLocalTransaction(Message msg, Object arg) {
                 executed.incrementAndGet();
-                switch ((String) arg) {
-                    case "commit":
-                        return LocalTransactionState.COMMIT_MESSAGE;
-                    case "rollback":
-                        return LocalTransactionState.ROLLBACK_MESSAGE;
-                    default:
-                        return LocalTransactionState.UNKNOW;
-                }
+                return Transaction.decided(arg);
             }
 
             @Override
@@ -79,7 +70,7 @@ public final class AclTransaction {
         TransactionMQProducer user = producer(h, id, userAk, userSk, listener);
         Map<String, String> states = new TreeMap<>();
         boolean sentOk = true;
-        for (String decision : DECISIONS) {
+        for (String decision : Transaction.DECISIONS) {
             Message m = new Message(topic, "Tag" + decision, Harness.utf8("acl-tx-" + decision));
             TransactionSendResult r = user.sendMessageInTransaction(m, decision);
             sentOk &= r.getSendStatus() == SendStatus.SEND_OK;

@@ -31,6 +31,18 @@ public final class Transaction {
 
     static final String[] DECISIONS = {"commit", "rollback", "unknown"};
 
+    /** What executeLocalTransaction answers for the decision a send was given as its argument. */
+    static LocalTransactionState decided(Object decision) {
+        switch ((String) decision) {
+            case "commit":
+                return LocalTransactionState.COMMIT_MESSAGE;
+            case "rollback":
+                return LocalTransactionState.ROLLBACK_MESSAGE;
+            default:
+                return LocalTransactionState.UNKNOW;
+        }
+    }
+
     static void scenario(Harness h) throws Exception {
         String topic = h.str("topic");
         Map<String, List<Map<String, Object>>> checkedByBody = new ConcurrentHashMap<>();
@@ -44,14 +56,7 @@ public final class Transaction {
             public LocalTransactionState executeLocalTransaction(Message msg, Object arg) {
                 String body = Harness.text(msg.getBody());
                 executedBody.put(body, String.valueOf(msg.getTransactionId()));
-                switch ((String) arg) {
-                    case "commit":
-                        return LocalTransactionState.COMMIT_MESSAGE;
-                    case "rollback":
-                        return LocalTransactionState.ROLLBACK_MESSAGE;
-                    default:
-                        return LocalTransactionState.UNKNOW;
-                }
+                return decided(arg);
             }
 
             @Override
