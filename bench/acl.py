@@ -15,7 +15,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from broker import Server, pct, send_phase
+from broker import Server, pct, rmqgate_server, send_phase
 
 from rmqgate.server.acl import sign_request
 
@@ -34,16 +34,11 @@ def sign(ext: dict[str, str], body: bytes) -> None:
 
 
 def server(store: str, acl: bool) -> Server:
-    root = Path(store)
-    conf = root / "broker.conf"
-    conf.parent.mkdir(parents=True, exist_ok=True)
-    conf.write_text(f"brokerName=bench\nstorePathRootDir={store}\naclEnable={'true' if acl else 'false'}\n")
-    (root / "plain_acl.yml").write_text(PLAIN_ACL)
-    return Server(
-        [sys.executable, "-m", "rmqgate.tools.cli", "serve", "--role", "broker", "--conf", str(conf),
-         "--broker-port", "0", "--listen", "127.0.0.1", "--log-level", "WARNING",
-         "--acl", str(root / "plain_acl.yml")]
-    )  # fmt: skip
+    acl_file = Path(store) / "plain_acl.yml"
+    acl_file.parent.mkdir(parents=True, exist_ok=True)
+    acl_file.write_text(PLAIN_ACL)
+    conf = f"aclEnable={'true' if acl else 'false'}\n"
+    return rmqgate_server(store, "ASYNC_FLUSH", conf, ("--acl", str(acl_file)))
 
 
 def main() -> None:

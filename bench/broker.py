@@ -20,7 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -197,13 +197,15 @@ class Server:
             self.proc.kill()
 
 
-def rmqgate_server(store: str, flush: str) -> Server:
+def rmqgate_server(store: str, flush: str, conf_lines: str = "", args: Sequence[str] = ()) -> Server:
+    """``rmqgate serve`` as a broker on 127.0.0.1 with its store in ``store``; ``conf_lines`` are added
+    to its broker.conf and ``args`` to its command line."""
     conf = Path(store) / "broker.conf"
     conf.parent.mkdir(parents=True, exist_ok=True)
-    conf.write_text(f"brokerName=bench\nflushDiskType={flush}\nstorePathRootDir={store}\n")
+    conf.write_text(f"brokerName=bench\nflushDiskType={flush}\nstorePathRootDir={store}\n{conf_lines}")
     return Server(
         [sys.executable, "-m", "rmqgate.tools.cli", "serve", "--role", "broker", "--conf", str(conf),
-         "--broker-port", "0", "--listen", "127.0.0.1", "--log-level", "WARNING"]
+         "--broker-port", "0", "--listen", "127.0.0.1", "--log-level", "WARNING", *args]
     )  # fmt: skip
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import socket
 import statistics
 import sys
 import tempfile
@@ -25,8 +24,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from broker import Server, pct, send_phase
+from broker import Server, pct, rmqgate_server, send_phase
 
+from rmqgate.compat_tests.servers import free_port
 from rmqgate.server.client import RemotingClient
 from rmqgate.wire import RemotingCommand
 from rmqgate.wire.codes import RequestCode
@@ -38,21 +38,10 @@ SETUPS = (
 )
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def server(store: str, metrics_port: int | None) -> Server:
-    conf = Path(store) / "broker.conf"
-    conf.parent.mkdir(parents=True, exist_ok=True)
-    conf.write_text(f"brokerName=bench\nstorePathRootDir={store}\n")
-    argv = [sys.executable, "-m", "rmqgate.tools.cli", "serve", "--role", "broker", "--conf", str(conf),
-            "--broker-port", "0", "--listen", "127.0.0.1", "--log-level", "WARNING"]  # fmt: skip
-    if metrics_port is not None:
-        argv += ["--metrics-port", str(metrics_port)]
-    return Server(argv)
+    return rmqgate_server(
+        store, "ASYNC_FLUSH", args=() if metrics_port is None else ("--metrics-port", str(metrics_port))
+    )
 
 
 async def populate(port: int, topics: int) -> None:
