@@ -299,6 +299,7 @@ def load_frames(spark: Any, inputs: Sequence[str], cache_dir: str | None, opts: 
     frames = [spark.read.parquet(*parquet)] if parquet else []
     if raw_inputs:
         meta = _local_meta(raw_inputs)
+        driver_files = meta is not None
         if meta is None:  # URIs (hdfs://, s3a://, ...) or globs: ask the file system through Spark
             meta = [
                 (m["path"], str(m["modificationTime"]), m["length"])
@@ -310,7 +311,6 @@ def load_frames(spark: Any, inputs: Sequence[str], cache_dir: str | None, opts: 
         meta.sort()
         if not meta:
             raise JobError(f"no input files found at {', '.join(raw_inputs)}")
-        driver_files = _local_meta(raw_inputs) is not None
         key = hashlib.sha1(repr(meta).encode()).hexdigest()[:16]
         cache = qualify(spark, cache_dir) if cache_dir else scratch_dir(spark, "rmqgate-spark-frames")
         out = f"{cache.rstrip('/')}/frames-{key}.parquet"
