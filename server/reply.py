@@ -15,7 +15,7 @@ import time
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from rmqgate.server.remoting import Channel, RequestProcessor
-from rmqgate.server.send import born_address
+from rmqgate.server.send import _PUT_WITH_HEADER, born_address
 from rmqgate.server.topics import topic_config_str
 from rmqgate.store.api import PutMessageStatus
 from rmqgate.wire.codes import RequestCode, ResponseCode
@@ -37,15 +37,6 @@ log = logging.getLogger("rmqgate.server.reply")
 
 #: ``Broker2Client.callClient``'s wait for the requester's answer
 PUSH_TIMEOUT = 10.0
-# put statuses after which Java fills the answer's msgId/queueOffset from the store
-_STORED = frozenset(
-    {
-        PutMessageStatus.PUT_OK,
-        PutMessageStatus.FLUSH_DISK_TIMEOUT,
-        PutMessageStatus.FLUSH_SLAVE_TIMEOUT,
-        PutMessageStatus.SLAVE_NOT_AVAILABLE,
-    }
-)
 
 
 class ReplyMessageProcessor(RequestProcessor):
@@ -80,13 +71,11 @@ class ReplyMessageProcessor(RequestProcessor):
         self, channel: Channel, request: RemotingCommand, h: SendMessageRequestHeader, queue_id: int
     ) -> RemotingCommand:
         config = self.broker.config
+        send = self.broker.send_processor
         body = request.body or b""
         props = parse_properties(h.properties) if h.properties else {}
         pushed, remark = await self._push(channel, h, body, dict(props))
-        fields: dict[str, str] = {
-            "MSG_REGION": config.regionId,
-            "TRACE_ON": "true" if config.traceOn else "false",
-        }
+        fields: dict[str, str] = {"MSG_REGION": send.region, "TRACE_ON": send.trace_on}
         if pushed:
             # "0": a msgId the client can decode when nothing is stored
             fields |= {"msgId": "0", "queueId": str(queue_id), "queueOffset": "0"}
@@ -102,7 +91,7 @@ class ReplyMessageProcessor(RequestProcessor):
             status = result.status
             if result.durable is not None and status is PutMessageStatus.PUT_OK:
                 status = await asyncio.wrap_future(result.durable)
-            if status in _STORED:
+            if status in _PUT_WITH_HEADER:  # the statuses whose answer carries msgId/queueOffset
                 fields |= {
                     "msgId": result.msg_id,
                     "queueId": str(queue_id),
