@@ -76,6 +76,7 @@ class BrokerController:
         self.topics.on_change = self.request_register
         self.send_processor = SendMessageProcessor(self)
         self.pull_processor = PullMessageProcessor(self)
+        self.admin_processor = AdminBrokerProcessor(self)
         processors: list[RequestProcessor] = [
             self.send_processor,
             self.pull_processor,
@@ -85,7 +86,7 @@ class BrokerController:
             OffsetProcessor(self),
             QueryMessageProcessor(self),
             ReplyMessageProcessor(self),
-            AdminBrokerProcessor(self),
+            self.admin_processor,
             transaction.EndTransactionProcessor(self),
             sendback.ConsumerSendMsgBackProcessor(self),
             *extra_processors,

@@ -250,18 +250,12 @@ class BrokerMetrics:
         seen[key] = (offset, stored)
         return stored
 
-    def _admin(self) -> Any:
-        proc: Any = self.broker.server.table[int(RequestCode.GET_BROKER_RUNTIME_INFO)]
-        while hasattr(proc, "inner"):  # (TimedProcessor, AclGuard)
-            proc = proc.inner
-        return proc
-
     def snapshot(self) -> BrokerSnapshot:
         broker = self.broker
         config = broker.config
         store = broker.store
         stats = broker.stats
-        admin = self._admin()
+        admin = broker.admin_processor
         answer = admin.get_broker_runtime_info(
             None, RemotingCommand.request(RequestCode.GET_BROKER_RUNTIME_INFO, {})
         )
