@@ -163,7 +163,8 @@ async def test_live_broker_figures_match_the_admin_answers(tmp_path: Any) -> Non
             await asyncio.sleep(0.05)
             later = metrics.brokers[0].snapshot().queues[("MT", "MG")]
             assert [r[:3] for r in first] == [r[:3] for r in later]
-            assert all(b[3] >= a[3] + 50 for a, b in zip(first, later, strict=True) if a[2] < a[1])
+            lagging = [(a, b) for a, b in zip(first, later, strict=True) if a[2] < a[1]]
+            assert lagging and all(b[3] > a[3] for a, b in lagging)
             ask = RemotingCommand.request(R.GET_CONSUME_STATS, {"consumerGroup": "MG", "topic": "MT"})
             progress = ConsumeStats.from_json((await c.invoke(ask)).body)
             runtime = _table(await c.invoke(RemotingCommand.request(R.GET_BROKER_RUNTIME_INFO, {})))
