@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 CLIENTS := .venv-clients
 CLIENT_REQS := $(wildcard compat_tests/clients/requirements-*.txt)
 
-.PHONY: serve test setup lint bench clean
+.PHONY: serve test setup lint bench clean adversity
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -55,6 +55,13 @@ test: setup lint
 	$(BIN)/python -m pytest compat_tests --target java -m "not rmqgate_only and not java" \
 	  --ignore=compat_tests/test_drivers.py \
 	  --deselect=compat_tests/test_mixed_cluster.py::test_clean_restart_keeps_topics_messages_and_offsets
+
+# Hostile and pathological load against a live `rmqgate serve` (compat_tests/adversity/); not part of
+# `make test`. ADVERSITY_FRAMES sets the hostile-frame count (default one million); figures go to stdout
+# and build/adversity/ (or $$ADVERSITY_OUT).
+adversity: setup
+	RMQGATE_ADVERSITY=1 ADVERSITY_FRAMES=$${ADVERSITY_FRAMES:-1000000} \
+	  $(BIN)/python -m pytest -p no:cacheprovider -s -v compat_tests/adversity $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	for b in bench/[!_]*.py; do $(BIN)/python $$b || exit 1; done

@@ -1,0 +1,1 @@
+"""Adversity suite: rmqgate under hostile and pathological load (``make adversity``, not ``make test``)."""
