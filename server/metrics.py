@@ -204,6 +204,8 @@ class BrokerSnapshot:
     connections: int = 0
     parked_pulls: int = 0
     transaction_checks: int = 0
+    #: asyncio tasks alive on the broker's loop (connections, parked pulls, timers): what a leak grows
+    asyncio_tasks: int = 0
     send_latency: tuple[list[int], float] | None = None
     pull_latency: tuple[list[int], float] | None = None
     put_bytes: dict[str, int] = field(default_factory=dict)
@@ -315,6 +317,7 @@ class BrokerMetrics:
         snap.connections = len(broker.server.channels)
         snap.parked_pulls = sum(len(v) for v in broker.pull_processor.hold.held.values())
         snap.transaction_checks = broker.transactions.checks_sent
+        snap.asyncio_tasks = len(asyncio.all_tasks())
         snap.send_latency = (list(self.send_latency.counts), self.send_latency.total)
         snap.pull_latency = (list(self.pull_latency.counts), self.pull_latency.total)
         if self.send is not None:
@@ -427,6 +430,7 @@ class RocketMQCollector:
             "broker_qps": g("rocketmq_broker_qps", "BrokerGetNums", labels=broker_labels),
             "connections": g("rocketmq_broker_connections", "client connections open", labels=own_labels),
             "parked": g("rocketmq_broker_pull_suspended", "long-polling pulls parked", labels=own_labels),
+            "tasks": g("rocketmq_broker_asyncio_tasks", "asyncio tasks alive on the broker's event loop", labels=own_labels),
             "checks": CounterMetricFamily("rocketmq_broker_transaction_checks", "CHECK_TRANSACTION_STATE requests sent", labels=own_labels),
         }  # fmt: skip
         runtime: dict[str, GaugeMetricFamily] = {}
@@ -515,6 +519,7 @@ class RocketMQCollector:
                     m["latency"].add_metric(ql, waited)
             m["connections"].add_metric([c, b], s.connections)
             m["parked"].add_metric([c, b], s.parked_pulls)
+            m["tasks"].add_metric([c, b], s.asyncio_tasks)
             m["checks"].add_metric([c, b], s.transaction_checks)
         histograms.extend((send_h, pull_h))
         return [*m.values(), *runtime.values(), *histograms]

@@ -268,3 +268,27 @@ async def test_with_acl_on_the_timing_wraps_the_check_and_the_figures_are_read(t
         await broker.stop()
     assert value(samples, "rocketmq_broker_send_latency_seconds_count", broker="broker-acl") == 1
     assert value(samples, "rocketmq_brokeruntime_msg_put_total_today_now") == 1
+
+
+@async_test
+async def test_asyncio_task_count_follows_the_loop_tasks(tmp_path: Any) -> None:
+    async with LocalBroker(str(tmp_path)) as lb:
+        metrics = MetricsServer([lb.broker], 0, "127.0.0.1")
+        metrics.start()
+
+        async def tasks() -> float:
+            samples, _ = parse(await asyncio.to_thread(scrape, metrics.port))
+            return value(samples, "rocketmq_broker_asyncio_tasks", broker="broker-t")
+
+        try:
+            before = await tasks()
+            parked = [asyncio.create_task(asyncio.Event().wait()) for _ in range(5)]
+            grown = await tasks()
+            for task in parked:
+                task.cancel()
+            await asyncio.gather(*parked, return_exceptions=True)
+            after = await tasks()
+        finally:
+            metrics.stop()
+    assert grown == before + 5
+    assert after == before
