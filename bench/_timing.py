@@ -1,5 +1,6 @@
-"""Shared timing helpers for the benchmarks: best-of-N per-operation timings, table printing, and how
-much a busy second CPU slows this one (the context for work moved to "the other core")."""
+"""Shared timing helpers for the benchmarks: best-of-N per-operation timings, table printing, how
+much a busy second CPU slows this one (the context for work moved to "the other core") and the CPU
+time of a server's process tree from /proc."""
 
 from __future__ import annotations
 
@@ -9,6 +10,9 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
 def per_op_us(fn: Callable[[], object], *, repeat: int = 7, min_time: float = 0.2) -> float:
@@ -79,3 +83,38 @@ def busy_neighbour_speed(rounds: int = 3) -> float | None:
     finally:
         os.sched_setaffinity(0, saved)
     return statistics.median(alone) / statistics.median(shared)
+
+
+def _stat(pid: int) -> list[str]:
+    """/proc/<pid>/stat from field 3 (state) on: the command name may hold spaces and parentheses."""
+    text = Path(f"/proc/{pid}/stat").read_text()
+    return text[text.rindex(")") + 2 :].split()
+
+
+def process_tree(root: int) -> list[int]:
+    """``root`` and every live descendant."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                children.setdefault(int(_stat(int(entry.name))[1]), []).append(int(entry.name))
+            except (OSError, IndexError, ValueError):
+                continue  # exited meanwhile
+    tree, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        tree.append(pid)
+        todo += children.get(pid, [])
+    return tree
+
+
+def cpu_seconds(roots: list[int]) -> float:
+    """utime + stime of every process in the trees under ``roots``."""
+    total = 0
+    for pid in (p for root in roots for p in process_tree(root)):
+        try:
+            fields = _stat(pid)
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15)
+    return total / CLK_TCK

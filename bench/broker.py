@@ -6,6 +6,10 @@ with a send-shaped response without storing anything. Also sends/s with flushDis
 The server runs in its own process (``rmqgate serve``), the load generator here.
 
 Run: ``.venv/bin/python bench/broker.py [--connections 16] [--seconds 8] [--size 1024] [--rounds 2]``
+
+``--cpu N [--serialize rocketmq] [--profile FILE]`` measures instead the server's CPU time per message
+(its process tree's utime + stime from /proc over N sync sends), a figure the other load on a shared
+machine hardly moves; ``--profile`` runs the first round's server under cProfile.
 """
 
 from __future__ import annotations
@@ -25,10 +29,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _timing import busy_neighbour_speed
+from _timing import busy_neighbour_speed, cpu_seconds
 
 from rmqgate.wire import FrameDecoder, RemotingCommand, encode_frame
-from rmqgate.wire.codes import RequestCode
+from rmqgate.wire.codes import RequestCode, SerializeType
 from rmqgate.wire.message import format_properties
 
 TARGET_RATIO = 0.6
@@ -71,7 +75,9 @@ def run_floor_server() -> None:
 Signer = Callable[[dict[str, str], bytes], None]
 
 
-def send_frame(topic: str, queue_id: int, size: int, sign: Signer | None = None) -> bytes:
+def send_frame(
+    topic: str, queue_id: int, size: int, sign: Signer | None = None, serialize_type: int = SerializeType.JSON
+) -> bytes:
     props = format_properties({"UNIQ_KEY": f"{random.getrandbits(128):032X}", "WAIT": "true", "TAGS": "TagA"})
     ext = {
         "a": "bench_producer", "b": topic, "c": "TBW102", "d": "4", "e": str(queue_id), "f": "0",
@@ -80,7 +86,11 @@ def send_frame(topic: str, queue_id: int, size: int, sign: Signer | None = None)
     body = os.urandom(size // 2).hex().encode()
     if sign is not None:
         sign(ext, body)
-    return encode_frame(RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, ext, body, opaque=1))
+    return encode_frame(
+        RemotingCommand.request(
+            RequestCode.SEND_MESSAGE_V2, ext, body, opaque=1, serialize_type=serialize_type
+        )
+    )
 
 
 class SyncConn(asyncio.Protocol):
@@ -171,6 +181,61 @@ async def pull_phase(port: int, connections: int, topic: str, group: str) -> tup
     return sum(counts), elapsed
 
 
+async def counted_sends(port: int, connections: int, count: int, size: int, serialize_type: int) -> int:
+    """``count`` sync sends split over ``connections`` connections (after one warm-up send each)."""
+    loop = asyncio.get_running_loop()
+    conns = [(await loop.create_connection(SyncConn, "127.0.0.1", port))[1] for _ in range(connections)]
+    frames = [send_frame("BenchCpu", i % 4, size, None, serialize_type) for i in range(connections)]
+    for conn, frame in zip(conns, frames, strict=True):
+        reply = FrameDecoder().feed(await conn.call(frame))[0]
+        assert reply.code == 0, reply.remark
+
+    async def worker(conn: SyncConn, frame: bytes, n: int) -> None:
+        for _ in range(n):
+            await conn.call(frame)
+
+    share = count // connections
+    await asyncio.gather(*(worker(c, f, share) for c, f in zip(conns, frames, strict=True)))
+    for conn in conns:
+        conn.transport.close()  # type: ignore[attr-defined]
+    return share * connections
+
+
+def cpu_per_message(args: argparse.Namespace) -> None:
+    """The broker process tree's CPU time (utime + stime from /proc) per sync send: unlike sends/s, it
+    hardly depends on what else runs on the machine. With ``--profile`` the server runs under cProfile."""
+    serialize_type = SerializeType[args.serialize.upper()]
+    figures: list[float] = []
+    for n in range(args.rounds):
+        with tempfile.TemporaryDirectory(prefix="rmqgate-bench-") as tmp:
+            profile = args.profile if args.profile and n == 0 else None
+            srv = rmqgate_server(tmp, "ASYNC_FLUSH", args=(), profile=profile)
+            try:
+                asyncio.run(
+                    counted_sends(
+                        srv.port, args.connections, args.connections * 20, args.size, serialize_type
+                    )
+                )
+                cpu0, t0 = cpu_seconds([srv.proc.pid]), time.perf_counter()
+                sent = asyncio.run(
+                    counted_sends(srv.port, args.connections, args.cpu, args.size, serialize_type)
+                )
+                cpu1, t1 = cpu_seconds([srv.proc.pid]), time.perf_counter()
+            finally:
+                srv.stop()
+        us = (cpu1 - cpu0) / sent * 1e6
+        if profile is None:
+            figures.append(us)
+        print(f"round {n + 1}: {sent} sends in {t1 - t0:.2f} s ({sent / (t1 - t0):.0f}/s), server CPU "
+              f"{cpu1 - cpu0:.2f} s = {us:.1f} us/message{' (under cProfile)' if profile else ''}", flush=True)  # fmt: skip
+    if figures:
+        print(f"\nserver CPU per sync {args.size} B SEND_MESSAGE_V2 ({args.serialize} header, {args.connections} "
+              f"connections): min {min(figures):.1f} us, median {statistics.median(figures):.1f} us over "
+              f"{len(figures)} rounds")  # fmt: skip
+    if args.profile:
+        print(f"profile of round 1 in {args.profile}: .venv/bin/python -m pstats {args.profile}")
+
+
 # --- orchestration ----------------------------------------------------------------------------------
 class Server:
     def __init__(self, argv: list[str]) -> None:
@@ -197,14 +262,18 @@ class Server:
             self.proc.kill()
 
 
-def rmqgate_server(store: str, flush: str, conf_lines: str = "", args: Sequence[str] = ()) -> Server:
+def rmqgate_server(
+    store: str, flush: str, conf_lines: str = "", args: Sequence[str] = (), profile: str | None = None
+) -> Server:
     """``rmqgate serve`` as a broker on 127.0.0.1 with its store in ``store``; ``conf_lines`` are added
-    to its broker.conf and ``args`` to its command line."""
+    to its broker.conf and ``args`` to its command line; ``profile``: run it under cProfile, writing
+    the stats there when it stops."""
     conf = Path(store) / "broker.conf"
     conf.parent.mkdir(parents=True, exist_ok=True)
     conf.write_text(f"brokerName=bench\nflushDiskType={flush}\nstorePathRootDir={store}\n{conf_lines}")
     return Server(
-        [sys.executable, "-m", "rmqgate.tools.cli", "serve", "--role", "broker", "--conf", str(conf),
+        [sys.executable, *(("-m", "cProfile", "-o", profile) if profile else ()), "-m", "rmqgate.tools.cli",
+         "serve", "--role", "broker", "--conf", str(conf),
          "--broker-port", "0", "--listen", "127.0.0.1", "--log-level", "WARNING", *args]
     )  # fmt: skip
 
@@ -222,10 +291,22 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=8.0)
     ap.add_argument("--size", type=int, default=1024)
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument(
+        "--cpu", type=int, metavar="N", help="only measure the server's CPU per message over N sends"
+    )
+    ap.add_argument(
+        "--serialize", choices=("json", "rocketmq"), default="json", help="request header (--cpu)"
+    )
+    ap.add_argument(
+        "--profile", metavar="FILE", help="with --cpu: run the first round's server under cProfile"
+    )
     ap.add_argument("--floor-server", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.floor_server:
         run_floor_server()
+        return
+    if args.cpu:
+        cpu_per_message(args)
         return
     rows = []
     floor_rates: list[float] = []

@@ -34,7 +34,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _timing import print_table
+from _timing import cpu_seconds, print_table, process_tree
 
 from rmqgate.compat_tests import java
 from rmqgate.compat_tests.servers import ServerProcess
@@ -42,7 +42,6 @@ from rmqgate.compat_tests.wire_client import WireClient, loads, wait_until
 from rmqgate.wire.codes import RequestCode
 
 TOPIC = "BenchJavaVsRmqgate"  # (BenchmarkTest, the tool's default, is a system topic)
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 STATS_PERIOD = 10.0  # seconds between the producer's stats lines, each over the period before it
 _STATS = re.compile(
     r"Send TPS:\s*(?P<tps>\d+)\s+Max RT\(ms\):\s*(?P<max>\d+)\s+Average RT\(ms\):\s*(?P<avg>[\d.]+)"
@@ -51,41 +50,6 @@ _STATS = re.compile(
 
 
 # --- the server's process tree, from /proc ---------------------------------------------------------
-def _stat(pid: int) -> list[str]:
-    """/proc/<pid>/stat from field 3 (state) on: the command name may hold spaces and parentheses."""
-    text = Path(f"/proc/{pid}/stat").read_text()
-    return text[text.rindex(")") + 2 :].split()
-
-
-def process_tree(root: int) -> list[int]:
-    """``root`` and every live descendant."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                children.setdefault(int(_stat(int(entry.name))[1]), []).append(int(entry.name))
-            except (OSError, IndexError, ValueError):
-                continue  # exited meanwhile
-    tree, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        tree.append(pid)
-        todo += children.get(pid, [])
-    return tree
-
-
-def cpu_seconds(roots: list[int]) -> float:
-    """utime + stime of every process in the trees under ``roots``."""
-    total = 0
-    for pid in (p for root in roots for p in process_tree(root)):
-        try:
-            fields = _stat(pid)
-        except OSError:
-            continue
-        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15)
-    return total / CLK_TCK
-
-
 def rss_mib(roots: list[int]) -> tuple[float, float]:
     """(VmRSS, RssAnon) of the trees under ``roots`` in MiB: resident pages in all, and those not
     backed by a file (heaps, as opposed to the mapped CommitLog and ConsumeQueue files)."""

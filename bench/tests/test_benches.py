@@ -35,6 +35,22 @@ CASES = [
         ["ASYNC_FLUSH / floor per round:", "SYNC_FLUSH ="],
     ),
     (
+        "broker.py",
+        [
+            "--cpu",
+            "200",
+            "--rounds",
+            "2",
+            "--connections",
+            "2",
+            "--serialize",
+            "rocketmq",
+            "--profile",
+            "p.out",
+        ],
+        ["server CPU per sync 1024 B SEND_MESSAGE_V2 (rocketmq header", "profile of round 1 in p.out"],
+    ),
+    (
         "features.py",
         ["--seconds", "0.5", "--connections", "1", "--delayed", "200", "--halves", "100"],
         ["floor  plain sends", "transactions (commit)", "check-backs", "delay delivery"],
@@ -72,7 +88,7 @@ def test_every_benchmark_has_a_case() -> None:
 @pytest.mark.parametrize(
     ("script", "args", "expect"),
     [pytest.param(*c, marks=pytest.mark.java) if c[0] in NEEDS_JAVA else c for c in CASES],
-    ids=[c[0] for c in CASES],
+    ids=[c[0] + ("-cpu" if "--cpu" in c[1] else "") for c in CASES],
 )
 def test_benchmark_runs_and_reports(script: str, args: list[str], expect: list[str], tmp_path: Path) -> None:
     done = subprocess.run(
