@@ -155,9 +155,9 @@ class RouteInfoManager:
             self.filter_server_table.pop(broker_addr, None)
         if broker_id != MASTER_ID:
             master_addr = addrs.get(MASTER_ID)
-            if master_addr:
-                live = self.broker_live_table.get(master_addr)
-                return (live.ha_server_addr if live else None), master_addr
+            live = self.broker_live_table.get(master_addr) if master_addr else None
+            if live is not None:  # both, or neither (a master not live is not named)
+                return live.ha_server_addr, master_addr
         return None, None
 
     def _create_and_update_queue_data(self, broker_name: str, tc: dict[str, Any]) -> None:

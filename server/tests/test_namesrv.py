@@ -284,3 +284,43 @@ def test_compressed_body_roundtrip() -> None:
         wrapper["topicConfigTable"]["B"]["perm"] == 7
         and wrapper["topicConfigTable"]["A"]["readQueueNums"] == 2
     )
+
+
+@async_test
+async def test_slave_registration_answers_its_master() -> None:
+    """RouteInfoManager.registerBroker: a slave's answer names the live master of its broker name
+    (haServerAddr as the master registered it, masterAddr its remoting address), a master's names
+    nothing; routes list the slave under its brokerId, and keep it when the master leaves."""
+    async with Namesrv() as ns:
+        c = await ns.client()
+        slave = register_cmd({"T1": tc("T1")}, addr="127.0.0.1:10921", broker_id=1)
+        slave.ext_fields["haServerAddr"] = "127.0.0.1:10922"
+        alone = await c.invoke(slave)
+        assert alone.code == 0 and alone.ext_fields == {}  # no master yet
+        assert (
+            await c.invoke(route_cmd("T1"))
+        ).code == ResponseCode.TOPIC_NOT_EXIST  # a slave's topics are not routed
+        master = register_cmd({"T1": tc("T1")})
+        master.ext_fields["haServerAddr"] = "127.0.0.1:10999"
+        answer = await c.invoke(master)
+        assert answer.code == 0 and answer.ext_fields == {}
+        answer = await c.invoke(register_cmd({"T1": tc("T1")}, addr="127.0.0.1:10921", broker_id=1))
+        assert answer.ext_fields == {"haServerAddr": "127.0.0.1:10999", "masterAddr": "127.0.0.1:10911"}
+        route = json.loads((await c.invoke(route_cmd("T1"))).body)
+        assert route["brokerDatas"][0]["brokerAddrs"] == {"0": "127.0.0.1:10911", "1": "127.0.0.1:10921"}
+        unreg = RemotingCommand.request(
+            R.UNREGISTER_BROKER,
+            {
+                "brokerName": "broker-a",
+                "brokerAddr": "127.0.0.1:10911",
+                "clusterName": "DefaultCluster",
+                "brokerId": "0",
+            },
+        )
+        assert (await c.invoke(unreg)).code == 0
+        route = json.loads((await c.invoke(route_cmd("T1"))).body)
+        assert route["brokerDatas"][0]["brokerAddrs"] == {"1": "127.0.0.1:10921"}
+        assert route["queueDatas"][0]["brokerName"] == "broker-a"
+        answer = await c.invoke(register_cmd({"T1": tc("T1")}, addr="127.0.0.1:10921", broker_id=1))
+        assert answer.code == 0 and answer.ext_fields == {}
+        await c.aclose()
