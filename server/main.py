@@ -8,6 +8,10 @@ flags win over the file. When listening, one line goes to stdout for harnesses t
 
 SIGTERM/SIGINT: unregister from the name servers, answer parked pulls, flush and close the store
 (removing its abort file), exit 0.
+
+``--brokers N`` (broker.conf ``brokerProcesses``; ``auto`` = one per CPU) runs N broker processes of one
+cluster under a supervisor (server/cluster.py) instead of one broker in this process; the ready line
+then names each: ``rmqgate ready: namesrv HOST:PORT broker HOST:PORT broker HOST:PORT ...``.
 """
 
 from __future__ import annotations
@@ -64,6 +68,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="serve Prometheus metrics on http://HOST:N/metrics (broker.conf metricsPort; default off)",
     )
+    parser.add_argument(
+        "--brokers",
+        metavar="N|auto",
+        default=None,
+        help="run N broker processes of one cluster (<brokerName>-0..N-1, ports listenPort + 4*i, stores "
+        "<store>/broker-<i>), restarted when they exit; auto = one per CPU (broker.conf brokerProcesses)",
+    )
     parser.add_argument("--log-level", default=os.environ.get("RMQGATE_LOG_LEVEL", "INFO"))
 
 
@@ -86,6 +97,28 @@ def build_config(args: argparse.Namespace) -> BrokerConfig:
     return config
 
 
+def broker_processes(args: argparse.Namespace, config: BrokerConfig) -> int:
+    """How many supervised broker processes to run: ``--brokers``, else broker.conf's key; 0 = the
+    broker runs in this process."""
+    from rmqgate.server.cluster import PROCESSES_KEY, parse_brokers
+
+    value = getattr(args, "brokers", None) or config.extra.get(PROCESSES_KEY) or "0"
+    count = parse_brokers(value)
+    if count and args.role == "namesrv":
+        raise ConfigError(f"{PROCESSES_KEY}={value}: --role namesrv runs no broker")
+    return count
+
+
+def _child_args(args: argparse.Namespace) -> list[str]:
+    """The flags a supervised broker shares with its parent (the rest is in its broker.conf)."""
+    out = ["--listen", args.listen, "--log-level", str(args.log_level)]
+    if args.idle_timeout is not None:
+        out += ["--idle-timeout", str(args.idle_timeout)]
+    if getattr(args, "acl", None):
+        out += ["--acl", os.path.abspath(args.acl)]
+    return out
+
+
 def _advertised(host: str) -> str:
     return "127.0.0.1" if host in ("0.0.0.0", "", "::") else host
 
@@ -100,8 +133,9 @@ async def serve(args: argparse.Namespace, stop: asyncio.Event | None = None) -> 
         with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
             loop.add_signal_handler(sig, stop.set)
     config = build_config(args)
+    processes = broker_processes(args, config)
     parts = []
-    namesrv = namesrv_server = broker = None
+    namesrv = namesrv_server = broker = supervisor = None
     try:
         if args.role in ("all", "namesrv"):
             port = 9876 if args.namesrv_port is None else args.namesrv_port
@@ -123,7 +157,21 @@ async def serve(args: argparse.Namespace, stop: asyncio.Event | None = None) -> 
             log.info("name server listening on %s:%d", args.listen, namesrv_server.port)
             if args.role == "all" and not config.namesrvAddr:
                 config.namesrvAddr = namesrv_addr
-        if args.role in ("all", "broker"):
+        if processes:
+            from rmqgate.server.cluster import ClusterSupervisor, plan_brokers
+
+            supervisor = ClusterSupervisor(
+                plan_brokers(config, processes),
+                parent_conf=os.path.abspath(args.conf) if args.conf else None,
+                child_args=_child_args(args),
+            )
+            for addr in await supervisor.start():
+                parts.append(f"broker {addr}")
+            log.info(
+                "%d brokers of cluster %s running, stores under %s, name servers %s",
+                processes, config.brokerClusterName, config.storePathRootDir, config.namesrvAddr or "-",
+            )  # fmt: skip
+        elif args.role in ("all", "broker"):
             from rmqgate.server.broker import BrokerController
 
             broker = BrokerController(
@@ -145,6 +193,8 @@ async def serve(args: argparse.Namespace, stop: asyncio.Event | None = None) -> 
         log.info("shutting down")
         return 0
     finally:
+        if supervisor is not None:
+            await supervisor.stop()
         if broker is not None:
             await broker.stop()
         if namesrv is not None:

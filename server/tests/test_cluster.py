@@ -1,0 +1,167 @@
+"""The broker-process supervisor (server/cluster.py): names, ports, stores and broker.conf of each
+broker; ``--brokers``/``brokerProcesses`` including ``auto``; and ``rmqgate serve --brokers 2`` as a
+real process tree: a broker killed with SIGKILL comes back on its port with its store recovered, and
+SIGTERM to the parent stops every broker cleanly (unregistered, abort files removed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rmqgate.compat_tests.servers import free_port
+from rmqgate.compat_tests.wire_client import WireClient, wait_until
+from rmqgate.server.cluster import BROKER_PORT_STEP, PROCESSES_KEY, plan_brokers, write_broker_conf
+from rmqgate.server.config import BrokerConfig, ConfigError, load_broker_conf, parse_properties_text
+from rmqgate.server.main import add_arguments, broker_processes, build_config
+from rmqgate.wire.message import iter_messages
+
+
+def parsed(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    return parser.parse_args(list(argv))
+
+
+def test_plan_names_ports_stores_and_paths(tmp_path: Path) -> None:
+    config = BrokerConfig(brokerName="b", listenPort=20000, storePathRootDir=str(tmp_path))
+    config.storePathCommitLog = str(tmp_path / "cl")
+    config.metricsPort = 9100
+    config.namesrvAddr = "127.0.0.1:9876"
+    slots = plan_brokers(config, 3)
+    assert [s.name for s in slots] == ["b-0", "b-1", "b-2"]
+    assert [s.port for s in slots] == [20000, 20000 + BROKER_PORT_STEP, 20000 + 2 * BROKER_PORT_STEP]
+    assert BROKER_PORT_STEP >= 3  # listenPort + 1 (HA) and listenPort - 2 (VIP) stay the broker's own
+    assert [s.store for s in slots] == [str(tmp_path / f"broker-{i}") for i in range(3)]
+    assert slots[2].overrides == {
+        "brokerName": "b-2",
+        "listenPort": str(20000 + 2 * BROKER_PORT_STEP),
+        "storePathRootDir": str(tmp_path / "broker-2"),
+        PROCESSES_KEY: "0",
+        "namesrvAddr": "127.0.0.1:9876",
+        "storePathCommitLog": str(tmp_path / "cl" / "broker-2"),
+        "metricsPort": "9102",
+    }
+    assert [s.port for s in plan_brokers(BrokerConfig(listenPort=0), 2)] == [0, 0]  # each picks its own
+
+
+def test_child_conf_keeps_persisted_keys_but_parent_conf_wins(tmp_path: Path) -> None:
+    parent = tmp_path / "broker.conf"
+    parent.write_text(
+        "brokerClusterName = C\nbrokerName = x\ndefaultTopicQueueNums = 2\nbrokerProcesses = 2\n"
+    )
+    config = load_broker_conf(str(parent))
+    config.storePathRootDir = str(tmp_path / "store")
+    slot = plan_brokers(config, 2)[1]
+    os.makedirs(slot.store)
+    Path(slot.conf_path).write_text("defaultTopicQueueNums=7\nfilterSupportRetry=true\n")  # an earlier run's
+    write_broker_conf(slot, str(parent))
+    props = parse_properties_text(Path(slot.conf_path).read_text())
+    assert props["brokerClusterName"] == "C"
+    assert props["brokerName"] == "x-1"
+    assert props["defaultTopicQueueNums"] == "2"
+    assert props["filterSupportRetry"] == "true"
+    assert props[PROCESSES_KEY] == "0"  # the child runs its broker in-process
+    child = load_broker_conf(slot.conf_path)
+    assert (child.brokerName, child.listenPort, child.storePathRootDir) == ("x-1", 10915, slot.store)
+
+
+def test_brokers_flag_conf_key_and_auto(tmp_path: Path) -> None:
+    store = str(tmp_path / "s")
+    conf = tmp_path / "broker.conf"
+    conf.write_text("brokerProcesses=auto\n")
+
+    def count(*argv: str) -> int:
+        args = parsed("--store", store, *argv)
+        return broker_processes(args, build_config(args))
+
+    assert count() == 0  # one broker in-process, as before
+    assert count("--brokers", "3") == 3
+    assert count("--brokers", "auto") == os.cpu_count()
+    assert count("--conf", str(conf)) == os.cpu_count()
+    assert count("--conf", str(conf), "--brokers", "2") == 2  # the flag wins
+    for bad in (("--brokers", "many"), ("--brokers", "-1"), ("--brokers", "2", "--role", "namesrv")):
+        with pytest.raises(ConfigError):
+            count(*bad)
+
+
+def registered(namesrv: str, cluster: str) -> dict[str, str]:
+    """brokerName -> master address of the cluster's brokers the name server lists."""
+    try:
+        with WireClient(namesrv, timeout=3) as ns:
+            info = ns.cluster_info()
+    except (OSError, AssertionError, ValueError):
+        return {}
+    table = info.get("brokerAddrTable") or {}
+    names = (info.get("clusterAddrTable") or {}).get(cluster) or []
+    return {n: table[n]["brokerAddrs"].get("0") for n in names if n in table}
+
+
+def broker_pids(parent: int) -> list[int]:
+    out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(parent)], capture_output=True, text=True)
+    return [int(p) for p in out.stdout.split()]
+
+
+@pytest.mark.slow
+def test_serve_brokers_restart_on_kill_and_clean_stop(tmp_path: Path) -> None:
+    conf = tmp_path / "broker.conf"
+    conf.write_text("brokerClusterName = SupCluster\nbrokerName = sup\ndefaultTopicQueueNums = 2\n")
+    ns_port, broker_port = free_port(), free_port()
+    argv = [
+        sys.executable, "-m", "rmqgate.tools.cli", "serve", "--listen", "127.0.0.1", "--store", str(tmp_path / "s"),
+        "--namesrv-port", str(ns_port), "--broker-port", str(broker_port), "--conf", str(conf), "--brokers", "2",
+    ]  # fmt: skip
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        words = line.split()
+        assert words[:2] == ["rmqgate", "ready:"], line
+        namesrv = f"127.0.0.1:{ns_port}"
+        addrs = [f"127.0.0.1:{broker_port}", f"127.0.0.1:{broker_port + BROKER_PORT_STEP}"]
+        assert words[2:] == ["namesrv", namesrv, "broker", addrs[0], "broker", addrs[1]]
+        want = {"sup-0": addrs[0], "sup-1": addrs[1]}
+        assert wait_until(lambda: registered(namesrv, "SupCluster") == want, timeout=30)
+        with WireClient(addrs[0]) as b:
+            assert b.create_topic("SupT", 2).code == 0
+            for i in range(3):
+                assert b.send_message("SupT", b"m%d" % i, queue_id=1).code == 0
+        pids = broker_pids(proc.pid)
+        assert len(pids) == 2
+        os.kill(pids[0], signal.SIGKILL)
+        # the broker comes back on its port (a new process), registers again and recovered its store
+
+        def restarted() -> bool:
+            now = broker_pids(proc.pid)
+            return len(now) == 2 and pids[0] not in now and registered(namesrv, "SupCluster") == want
+
+        assert wait_until(restarted, timeout=60, interval=0.2)
+        assert (tmp_path / "s" / "broker-0" / "abort").exists()
+        with WireClient(addrs[0]) as b:
+            got = b.pull("G-sup", "SupT", 1, 0, sys_flag=4, subscription="*")
+            assert got.code == 0, got.remark
+            assert [bytes(m.body) for m in iter_messages(got.body)] == [b"m0", b"m1", b"m2"]
+            assert b.send_message("SupT", b"m3", queue_id=1).ext_fields["queueOffset"] == "3"
+        assert proc.poll() is None
+        children = broker_pids(proc.pid)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0
+        for pid in children:
+            assert (
+                not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2]
+            )
+        for i in range(2):
+            assert not (tmp_path / "s" / f"broker-{i}" / "abort").exists()  # flushed and closed
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if proc.stdout:
+            proc.stdout.close()
