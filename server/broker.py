@@ -13,7 +13,7 @@ import contextlib
 import logging
 import os
 import zlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from rmqgate.server import acl, acl_admin, locks, schedule, sendback, transaction
@@ -33,6 +33,7 @@ from rmqgate.server.query import QueryMessageProcessor
 from rmqgate.server.remoting import Channel, RemotingServer, RequestProcessor, cancel_and_wait
 from rmqgate.server.reply import ReplyMessageProcessor
 from rmqgate.server.send import SendMessageProcessor
+from rmqgate.server.slave_sync import SlaveSynchronize
 from rmqgate.server.stats import BrokerStats
 from rmqgate.server.topics import PERM_RW, SubscriptionGroupManager, TopicConfigManager, topic_config
 from rmqgate.store.api import MessageStore, open_store
@@ -109,6 +110,14 @@ class BrokerController:
         self._register_now = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self.registered: dict[str, int] = {}  # namesrv addr -> number of successful registrations
+        # a slave's master, from the name server's REGISTER_BROKER answers (doRegisterBrokerAll):
+        # master_addr (remoting; SlaveSynchronize reads it) and master_ha_addr (HA), which the
+        # listeners hear of whenever an answer names one, unless haMasterAddress fixes it
+        self.master_addr: str | None = None
+        self.master_ha_addr: str | None = config.haMasterAddress or None
+        self.update_master_ha_addr_periodically = self.slave and not self.master_ha_addr
+        self.master_ha_addr_listeners: list[Callable[[str], None]] = []
+        self.slave_synchronize = SlaveSynchronize(self) if self.slave else None
         self.metrics: MetricsServer | None = None
         if config.metricsPort:  # (off: nothing in the request path)
             from rmqgate.server.metrics import MetricsServer
@@ -142,6 +151,8 @@ class BrokerController:
         loop = asyncio.get_running_loop()
         c = self.config
         self.pull_processor.hold.bind(loop, 5.0 if c.longPollingEnable else c.shortPollingTimeMills / 1000.0)
+        if self.slave_synchronize is not None:
+            self._tasks.append(loop.create_task(self.slave_synchronize.run()))
         await self.register_all()
         self._tasks.append(loop.create_task(self._register_loop()))
         if not self.slave:
@@ -159,6 +170,8 @@ class BrokerController:
             self.metrics.stop()
         await cancel_and_wait(self._tasks)
         self._tasks.clear()
+        if self.slave_synchronize is not None:
+            self.slave_synchronize.close()
         if self.acl is not None:
             await self.acl.stop()
         await self.schedule.stop()
@@ -277,6 +290,8 @@ class BrokerController:
         # the first answer's ORDER_TOPIC_CONFIG table, if it has one, says which topics are order
         # topics (doRegisterBrokerAll's updateOrderTopicConfig)
         answer = next((a for a in answers if a is not None), None)
+        if answer is not None:
+            self._take_master_addrs(answer.ext_fields or {})
         if answer is not None and answer.body is not None:
             try:
                 order_topics = KVTable.from_json(answer.body).table
@@ -284,6 +299,21 @@ class BrokerController:
                 log.warning("name server's order topic table ignored: %s", exc)
             else:
                 self.topics.update_order_topic_config(order_topics)
+
+    def _take_master_addrs(self, ext: dict[str, str]) -> None:
+        """RegisterBrokerResult: the HA address when the answer has one (a slave that was not given
+        haMasterAddress), and the master's remoting address as it is (none: SlaveSynchronize idles)."""
+        ha = ext.get("haServerAddr")
+        if self.update_master_ha_addr_periodically and ha:
+            if ha != self.master_ha_addr:
+                log.info("master HA address: %s", ha)
+            self.master_ha_addr = ha
+            for listener in list(self.master_ha_addr_listeners):
+                try:
+                    listener(ha)
+                except Exception:
+                    log.exception("master HA address listener failed")
+        self.master_addr = ext.get("masterAddr") or None
 
     async def _register_one(
         self, addr: str, ext: dict[str, str], body: bytes, timeout: float

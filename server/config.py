@@ -126,7 +126,7 @@ def _broker_java_defaults() -> dict[str, str]:
         "isEnableBatchPush": "false",
         "commercialEnable": "true", "commercialTimerCount": "1", "commercialTransCount": "1",
         "commercialBigCount": "1", "commercialBaseCount": "1", "transferMsgByHeap": "true",
-        "maxDelayTime": "40", "slaveReadEnable": "false", "disableConsumeIfConsumerReadSlowly": "false",
+        "maxDelayTime": "40", "disableConsumeIfConsumerReadSlowly": "false",
         "consumerFallbehindThreshold": str(16 << 30), "brokerFastFailureEnable": "true",
         "waitTimeMillsInSendQueue": "200", "waitTimeMillsInPullQueue": "5000",
         "waitTimeMillsInHeartbeatQueue": "31000", "waitTimeMillsInTransactionQueue": "3000",
@@ -196,6 +196,8 @@ class BrokerConfig(PropertiesConfig):
     flushDiskType: str = "ASYNC_FLUSH"
     brokerRole: str = "ASYNC_MASTER"  # ASYNC_MASTER / SYNC_MASTER / SLAVE, read at start
     offsetCheckInSlave: bool = False
+    slaveReadEnable: bool = False  # a master may send slow consumers to the slave, and a slave serves them
+    haMasterAddress: str | None = None  # a slave's master HA address; unset: from the name server's answer
     autoCreateTopicEnable: bool = True
     autoCreateSubscriptionGroup: bool = True
     defaultTopicQueueNums: int = 8

@@ -14,7 +14,7 @@ import ipaddress
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from rmqgate.server.consumer import SubscriptionData, SubscriptionParseError
 from rmqgate.server.consumer_filter import ConsumerFilterData, build, message_filter
@@ -206,6 +206,20 @@ def decode_pull_header(ext: dict[str, str]) -> tuple[PullMessageRequestHeader, f
     return _from_ext({**ext, **dict.fromkeys(missing, "0")}), missing
 
 
+def suggest_which_broker_id(slave_read_enable: bool, behind: bool, sgc: dict[str, Any]) -> int:
+    """The broker a pull's answer sends the consumer to next (4.9.8's PullMessageProcessor, whose
+    last word is the slaveReadEnable branch): off, the master (0); on, the group's
+    whichBrokerWhenConsumeSlowly when the pull read past accessMessageInMemoryMaxRatio of memory
+    behind the CommitLog's end (``suggestPullingFromSlave``), else the group's brokerId. A slave
+    with slaveReadEnable off still serves the pull: its PULL_RETRY_IMMEDIATELY in Java is
+    overwritten by the code of the store's status."""
+    if not slave_read_enable:
+        return 0
+    if behind:
+        return int(sgc.get("whichBrokerWhenConsumeSlowly", 1))
+    return int(sgc.get("brokerId", 0))
+
+
 def _read(missing: frozenset[str], *names: str) -> None:
     """Java unboxing the header fields ``names``: SYSTEM_ERROR if one of them was not sent. Called
     as ``missing and _read(...)``: a pull with every field (all stock clients') pays no call."""
@@ -351,11 +365,13 @@ class PullMessageProcessor(RequestProcessor):
         )
         code = status_code(res.status, offset)
         self.stats.record_pull(topic, group, len(res.buffers) if code == ResponseCode.SUCCESS else 0)
+        suggest = suggest_which_broker_id(config.slaveReadEnable, res.suggest_pulling_from_slave, sgc)
         if code == ResponseCode.PULL_OFFSET_MOVED:
             if self.store.config.corrects_pull_offsets:
                 self._offset_moved(group, topic, queue_id, offset, res.next_begin_offset)
             else:  # a slave does not correct offsets: the consumer retries (at the offset it asked)
                 code = ResponseCode.PULL_RETRY_IMMEDIATELY
+                suggest = sgc.get("brokerId", 0)
         if (
             code == ResponseCode.PULL_NOT_FOUND
             and allow_suspend
@@ -370,7 +386,7 @@ class PullMessageProcessor(RequestProcessor):
                 code,
                 res.status.value,
                 {
-                    "suggestWhichBrokerId": "0",
+                    "suggestWhichBrokerId": str(suggest),
                     "nextBeginOffset": str(res.next_begin_offset),
                     "minOffset": str(res.min_offset),
                     "maxOffset": str(res.max_offset),

@@ -236,6 +236,13 @@ class TopicConfigManager:
             self.next_version()
         return bool(changed)
 
+    def replace_all(self, table: dict[str, dict[str, Any]], version: dict[str, int]) -> None:
+        """A slave takes its master's table and data version as they are (no re-registration)."""
+        self.table.clear()  # (in place: the send processor holds this dict)
+        self.table.update(table)
+        self.meta.put_many(self.DB, self.table, replace=True)
+        self._version = {"counter": int(version["counter"]), "timestamp": int(version["timestamp"])}
+
     def wrapper(self) -> dict[str, Any]:
         """TopicConfigSerializeWrapper."""
         return {"dataVersion": self.data_version, "topicConfigTable": dict(self.table)}
@@ -277,6 +284,17 @@ class SubscriptionGroupManager:
             return False
         self.meta.delete(self.DB, group)
         return True
+
+    @property
+    def data_version(self) -> dict[str, int]:
+        return self.meta.data_version(self.DB)
+
+    def replace_all(self, table: dict[str, dict[str, Any]], version: dict[str, int]) -> None:
+        """A slave takes its master's table and data version as they are."""
+        self.table.clear()  # (in place, as the topic table)
+        self.table.update(table)
+        self.meta.put_many(self.DB, self.table, replace=True)
+        self.meta.set_data_version(self.DB, version)
 
     def wrapper(self) -> dict[str, Any]:
         return {"dataVersion": self.meta.data_version(self.DB), "subscriptionGroupTable": dict(self.table)}

@@ -570,6 +570,13 @@ class ConsumerOffsetSerializeWrapper(JsonBody):
 
 
 @json_body
+class DelayOffsetSerializeWrapper(JsonBody):
+    """GET_ALL_DELAY_OFFSET body and delayOffset.json: ``delayLevel -> offset``."""
+
+    offset_table: dict[Integer, Long] = jfield(default_factory=dict)
+
+
+@json_body
 class OffsetMovedEvent(JsonBody):
     """Body of the message a master stores in OFFSET_MOVED_EVENT when a pull's offset was corrected."""
 
