@@ -450,6 +450,15 @@ class Channel(asyncio.Protocol):
             self._flush_out()
             self.transport.close()
 
+    def close_idle(self) -> None:
+        """Close an idle connection at once, as Netty's close does: responses a peer that stopped reading
+        left in the write buffer are dropped (a plain close would wait for them to be read, forever)."""
+        transport = self.transport
+        if transport is not None and transport.get_write_buffer_size():
+            transport.abort()
+        else:
+            self.close()
+
     def abort(self) -> None:
         if self.transport is not None:
             self.transport.abort()
@@ -532,7 +541,7 @@ class RemotingServer:
             for channel in list(self.channels):
                 if channel.last_active < deadline:
                     log.info("%s: closing idle connection %s", self.name, channel.remote_addr)
-                    channel.close()
+                    channel.close_idle()
 
     async def stop(self) -> None:
         if self._scanner is not None:

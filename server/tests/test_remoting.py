@@ -273,6 +273,29 @@ async def test_idle_connection_closed() -> None:
 
 
 @async_test
+async def test_idle_peer_that_never_reads_is_closed() -> None:
+    """A peer that stopped reading with responses still buffered: the idle close drops them and ends the
+    connection, rather than waiting forever for the buffer to drain."""
+    srv = RemotingServer("127.0.0.1", 0, [Echo()], idle_timeout=0.5, write_high_water=64 * 1024)
+    await srv.start()
+    try:
+        _reader, writer = await _raw(srv.port)
+        writer.transport.set_write_buffer_limits(high=1 << 30)
+        writer.write(encode_frame(RemotingCommand.request(ECHO, body=b"z" * 16384)) * 400)
+        await asyncio.sleep(0.3)
+        (channel,) = srv.channels
+        assert channel.transport.get_write_buffer_size() > 0
+        for _ in range(50):
+            if channel.closed:
+                break
+            await asyncio.sleep(0.1)
+        assert channel.closed and channel not in srv.channels
+        writer.transport.abort()
+    finally:
+        await srv.stop()
+
+
+@async_test
 async def test_slow_reader_backpressure() -> None:
     """A client that never reads: the server stops reading instead of buffering without bound."""
     srv = RemotingServer("127.0.0.1", 0, [Echo()], write_high_water=64 * 1024)
