@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from rmqgate.compat_tests import java
+
 ENABLED = os.environ.get("RMQGATE_ADVERSITY") == "1"
 
 if not ENABLED:
@@ -48,3 +50,12 @@ def write_report(name: str, title: str, columns: Sequence[str], rows: Sequence[S
 def report() -> Callable[[str, str, Sequence[str], Sequence[Sequence[object]]], str]:
     """``report(name, title, columns, rows)``: print the figure table and save it under the results folder."""
     return write_report
+
+
+@pytest.fixture(scope="session")
+def steady_classes(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """compat_tests/java/*.java compiled against the 4.9.8 client (SteadyLoad.java is the one used here)."""
+    reason = java.missing()
+    if reason:
+        pytest.fail(reason)  # selected on purpose: a missing JDK is a failure, not a pass
+    return java.compiled_clients(4, tmp_path_factory.mktemp("java-classes"))
