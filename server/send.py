@@ -29,12 +29,12 @@ from rmqgate.server.topics import (
     validate_topic,
 )
 from rmqgate.store.api import PutMessageStatus, PutResult
-from rmqgate.wire.codes import MQVersion, RequestCode, ResponseCode, SerializeType
-from rmqgate.wire.command import BROKER_VERSION, RemotingCommand
+from rmqgate.wire.codes import LanguageCode, MQVersion, RequestCode, ResponseCode, SerializeType
+from rmqgate.wire.command import BROKER_VERSION, RESPONSE_FLAG, RemotingCommand
 from rmqgate.wire.errors import HeaderFieldError, MessageFormatError
 from rmqgate.wire.header import parse_java_int
 from rmqgate.wire.headers import SendMessageRequestHeader
-from rmqgate.wire.layout import FRAME_PREFIX
+from rmqgate.wire.layout import EXT_VALUE_LENGTH, FRAME_PREFIX
 from rmqgate.wire.message import (
     PROPERTY_CLUSTER,
     PROPERTY_DELAY,
@@ -52,6 +52,7 @@ from rmqgate.wire.message import (
     reset_transaction,
     transaction_type,
 )
+from rmqgate.wire.serialization import encode_ext_fields, rocketmq_frame
 
 if TYPE_CHECKING:
     from rmqgate.server.broker import BrokerController
@@ -68,6 +69,13 @@ _TX_HALF_TYPES = (MessageSysFlag.TRANSACTION_PREPARED, MessageSysFlag.TRANSACTIO
 _randrange = random.randrange
 _pack_frame_prefix = FRAME_PREFIX.pack
 _JSON = int(SerializeType.JSON)
+_SUCCESS = int(ResponseCode.SUCCESS)
+_LANG_JAVA = int(LanguageCode.JAVA)
+_pack_value_len = EXT_VALUE_LENGTH.pack
+# an extFields key's length and bytes (a value's length is the same pack without its value)
+_EXT_MSG_ID, _EXT_QUEUE_ID, _EXT_QUEUE_OFFSET = (
+    encode_ext_fields({key: ""})[: -EXT_VALUE_LENGTH.size] for key in ("msgId", "queueId", "queueOffset")
+)
 
 _PUT_ERRORS: dict[PutMessageStatus, tuple[int, str]] = {
     PutMessageStatus.CREATE_MAPEDFILE_FAILED: (
@@ -158,6 +166,8 @@ class SendMessageProcessor(RequestProcessor):
             + ',"TRACE_ON":"' + self.trace_on + '","msgId":"%s%016X","queueId":"%d","queueOffset":"%d"},"flag":1,'
             '"language":"JAVA","opaque":%d,"serializeTypeCurrentRPC":"JSON","version":' + str(BROKER_VERSION) + "}"
         ).encode()  # fmt: skip
+        # the ROCKETMQ answer's extFields entries after queueOffset, in encode_rocketmq_header's order
+        self._rocketmq_ok_tail = encode_ext_fields({"MSG_REGION": self.region, "TRACE_ON": self.trace_on})
 
     def process(self, channel: Channel, request: RemotingCommand) -> Any:
         ext = request.ext_fields
@@ -266,6 +276,20 @@ class SendMessageProcessor(RequestProcessor):
                 request.opaque,
             )
             return _pack_frame_prefix(4 + len(head), len(head)) + head
+        if status is _PUT_OK and result.msg_ids is None and result.msg_id_prefix:
+            # the same answer with a ROCKETMQ header: what encode_rocketmq_header writes for it
+            msg_id = b"%s%016X" % (result.msg_id_prefix, result.physical_offset)
+            queue_id = b"%d" % result.queue_id
+            queue_offset = b"%d" % result.queue_offset
+            ext = b"".join(
+                (
+                    _EXT_MSG_ID, _pack_value_len(len(msg_id)), msg_id,
+                    _EXT_QUEUE_ID, _pack_value_len(len(queue_id)), queue_id,
+                    _EXT_QUEUE_OFFSET, _pack_value_len(len(queue_offset)), queue_offset,
+                    self._rocketmq_ok_tail,
+                )
+            )  # fmt: skip
+            return rocketmq_frame(_SUCCESS, _LANG_JAVA, BROKER_VERSION, request.opaque, RESPONSE_FLAG, ext)
         code = _PUT_WITH_HEADER.get(status)
         if code is None:
             code, remark = _PUT_ERRORS.get(status, (ResponseCode.SYSTEM_ERROR, status.value))

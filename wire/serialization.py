@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import struct
 from collections.abc import Callable
 
 from rmqgate.wire.codes import LanguageCode, SerializeType
@@ -12,6 +13,7 @@ from rmqgate.wire.layout import (
     EXT_KEY_LENGTH,
     EXT_TOTAL_LENGTH,
     EXT_VALUE_LENGTH,
+    FRAME_PREFIX,
     REMARK_LENGTH,
     ROCKETMQ_FIXED,
 )
@@ -205,18 +207,7 @@ def _java_utf8(text: str) -> bytes:
 def _encode_rocketmq_header(cmd: RemotingCommand, utf8: Callable[[str], bytes]) -> bytes:
     remark = utf8(cmd.remark) if cmd.remark else b""
     ext = cmd.ext_fields
-    ext_bytes = b""
-    if ext:
-        parts: list[bytes] = []
-        append = parts.append
-        for key, value in ext.items():
-            k = utf8(key)
-            v = utf8(value if type(value) is str else str(value))
-            append(_pack_key_len(len(k)))
-            append(k)
-            append(_pack_value_len(len(v)))
-            append(v)
-        ext_bytes = b"".join(parts)
+    ext_bytes = encode_ext_fields(ext, utf8) if ext else b""
     return b"".join(
         (
             _pack_fixed(cmd.code, cmd.language, cmd.version, cmd.opaque, cmd.flag),
@@ -228,11 +219,52 @@ def _encode_rocketmq_header(cmd: RemotingCommand, utf8: Callable[[str], bytes]) 
     )
 
 
+def encode_ext_fields(ext: dict[str, str], utf8: Callable[[str], bytes] = str.encode) -> bytes:
+    """The entries of a ROCKETMQ header's extFields map, without the map's total length."""
+    parts: list[bytes] = []
+    append = parts.append
+    for key, value in ext.items():
+        k = utf8(key)
+        v = utf8(value if type(value) is str else str(value))
+        append(_pack_key_len(len(k)))
+        append(k)
+        append(_pack_value_len(len(v)))
+        append(v)
+    return b"".join(parts)
+
+
+def rocketmq_frame(code: int, language: int, version: int, opaque: int, flag: int, ext: bytes) -> bytes:
+    """A whole frame with a ROCKETMQ header that has no remark and no body, its extFields entries
+    already encoded (``encode_ext_fields``): one pack for the frame prefix and the fixed fields."""
+    header_length = _HEAD_AFTER_PREFIX + len(ext)
+    return (
+        _pack_frame_head(
+            4 + header_length,
+            _ROCKETMQ_WORD | header_length,
+            code,
+            language,
+            version,
+            opaque,
+            flag,
+            0,
+            len(ext),
+        )
+        + ext
+    )
+
+
 _pack_fixed = ROCKETMQ_FIXED.pack
 _pack_remark_len = REMARK_LENGTH.pack
 _pack_ext_len = EXT_TOTAL_LENGTH.pack
 _pack_key_len = EXT_KEY_LENGTH.pack
 _pack_value_len = EXT_VALUE_LENGTH.pack
+# frame prefix, fixed fields, remark length and extFields length: four declared layouts in one pack
+_FRAME_HEAD = struct.Struct(
+    FRAME_PREFIX.format + "".join(s.format[1:] for s in (ROCKETMQ_FIXED, REMARK_LENGTH, EXT_TOTAL_LENGTH))
+)
+_pack_frame_head = _FRAME_HEAD.pack
+_HEAD_AFTER_PREFIX = _FRAME_HEAD.size - FRAME_PREFIX.size
+_ROCKETMQ_WORD = int(_ROCKETMQ) << 24
 
 DECODERS = (decode_json_header, decode_rocketmq_header)
 ENCODERS = (encode_json_header, encode_rocketmq_header)

@@ -13,6 +13,8 @@ import signal
 import time
 from pathlib import Path
 
+import pytest
+
 from rmqgate.server.client import RemotingClient
 from rmqgate.server.config import BrokerConfig
 from rmqgate.server.namesrv import NamesrvController
@@ -938,8 +940,15 @@ async def test_sync_flush_send(Broker) -> None:
         await c.aclose()
 
 
-def test_fast_send_response_matches_generic_encoding() -> None:
-    """The pre-encoded SEND success frame is byte-identical to the generic JSON encoding."""
+@pytest.mark.parametrize("ser", [SerializeType.JSON, SerializeType.ROCKETMQ], ids=["JSON", "ROCKETMQ"])
+@pytest.mark.parametrize(
+    ("region", "prefix"),
+    [('Reg"ion%1', b"7F00000100002A9F"), ("Région", b"00000000000000000000FFFF7F00000100002A9F")],
+    ids=["ipv4", "ipv6-non-ascii"],
+)
+def test_fast_send_response_matches_generic_encoding(ser: int, region: str, prefix: bytes) -> None:
+    """The pre-encoded SEND success frame is byte-identical to the generic encoding of the same
+    response in the request's serialization (the generic path's extFields order for ROCKETMQ)."""
     from types import SimpleNamespace
 
     from rmqgate.server.send import SendMessageProcessor
@@ -947,27 +956,31 @@ def test_fast_send_response_matches_generic_encoding() -> None:
     from rmqgate.wire import decode_frame, encode_frame
 
     broker = SimpleNamespace(
-        store=None, topics=SimpleNamespace(table={}), config=BrokerConfig(regionId='Reg"ion%1')
+        store=None, topics=SimpleNamespace(table={}), config=BrokerConfig(regionId=region)
     )
     proc = SendMessageProcessor(broker)  # type: ignore[arg-type]
     req = send_v2("T")
     req.opaque = 123456
+    req.serialize_type = ser
     result = PutResult(
-        PutMessageStatus.PUT_OK, None, 3, 77, physical_offset=0x8EE24ED2, msg_id_prefix=b"7F00000100002A9F"
+        PutMessageStatus.PUT_OK, None, 3, 1 << 40, physical_offset=0x8EE24ED2, msg_id_prefix=prefix
     )
-    assert result.msg_id == "7F00000100002A9F000000008EE24ED2"
+    assert result.msg_id == prefix.decode() + "000000008EE24ED2"
     fast = proc.response(req, result)
     assert isinstance(fast, bytes)
     ext = {
-        "MSG_REGION": 'Reg"ion%1',
-        "TRACE_ON": "true",
         "msgId": result.msg_id,
         "queueId": "3",
-        "queueOffset": "77",
+        "queueOffset": str(1 << 40),
+        "MSG_REGION": region,
+        "TRACE_ON": "true",
     }
+    if ser == SerializeType.JSON:  # fastjson writes the map's keys sorted
+        ext = dict(sorted(ext.items()))
     generic = req.response(0, None, ext)
     assert fast == encode_frame(generic)
-    assert decode_frame(fast) == generic
+    decoded = decode_frame(fast)
+    assert decoded == generic and decoded.serialize_type == ser
 
 
 @async_test
