@@ -29,6 +29,7 @@ from rmqgate.server.topics import (
     validate_topic,
 )
 from rmqgate.store.api import PutMessageStatus, PutResult
+from rmqgate.store.clean import disk_util
 from rmqgate.wire.codes import LanguageCode, MQVersion, RequestCode, ResponseCode, SerializeType
 from rmqgate.wire.command import BROKER_VERSION, RESPONSE_FLAG, RemotingCommand
 from rmqgate.wire.errors import HeaderFieldError, MessageFormatError
@@ -94,7 +95,7 @@ _PUT_ERRORS: dict[PutMessageStatus, tuple[int, str]] = {
     PutMessageStatus.SERVICE_NOT_AVAILABLE: (
         ResponseCode.SERVICE_NOT_AVAILABLE,
         "service not available now. It may be caused by one of the following reasons: the broker's disk is "
-        "full, messages are put to the slave, message store has been shut down, etc.",
+        "full [%s], messages are put to the slave, message store has been shut down, etc.",
     ),
     PutMessageStatus.OS_PAGECACHE_BUSY: (
         ResponseCode.SYSTEM_ERROR, "[PC_SYNCHRONIZED]broker busy, start flow control for a while",
@@ -293,6 +294,8 @@ class SendMessageProcessor(RequestProcessor):
         code = _PUT_WITH_HEADER.get(status)
         if code is None:
             code, remark = _PUT_ERRORS.get(status, (ResponseCode.SYSTEM_ERROR, status.value))
+            if status is PutMessageStatus.SERVICE_NOT_AVAILABLE:  # the partitions' use, as diskUtil() quotes it
+                remark %= disk_util(self.store)
             return request.response(code, remark)
         return request.response(
             code,

@@ -71,6 +71,16 @@ class CleanService:
         return deleted
 
 
+def disk_util(store: DefaultMessageStore) -> str:
+    """``SendMessageProcessor.diskUtil``: the CommitLog's, ConsumeQueue's and index's partitions used,
+    as the SERVICE_NOT_AVAILABLE answer to a send quotes them ("CL:  0.91 CQ:  0.91 INDEX:  0.91")."""
+    cl, cq, index = (
+        disk_used_percent(p) / 100
+        for p in (store.commitlog_dir, store.consume_queue_dir, store.root / "index")
+    )
+    return f"CL: {cl:5.2f} CQ: {cq:5.2f} INDEX: {index:5.2f}"
+
+
 def disk_used_percent(path: Path) -> int:
     """UtilAll.getDiskPartitionSpaceUsedPercent as a whole percent: used / (used + available to
     us), rounded up (df's figure; blocks reserved for root count as neither); -100 (ratio -1) when
