@@ -1,21 +1,30 @@
 # Two entry points do all set-up on a fresh machine:
-#   make serve   - start the name server + broker with embedded defaults
+#   make serve   - start the name server + broker with embedded defaults (core dependencies only;
+#                  SERVE_ARGS="--brokers auto" runs one broker process per core)
 #   make test    - install everything the tests need, lint, run every test
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+SERVE_STAMP := $(VENV)/.installed-serve
 
 CLIENTS := .venv-clients
 CLIENT_REQS := $(wildcard compat_tests/clients/requirements-*.txt)
 
 .PHONY: serve test setup lint bench clean adversity
 
-$(STAMP): pyproject.toml
+$(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[test]'
+
+# Serving needs the core dependencies only; the tests' extras (pyspark, scapy, ...) include them.
+$(SERVE_STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install -q -e .
 	touch $@
+
+$(STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install -q -e '.[test]'
+	touch $@ $(SERVE_STAMP)
 
 # Third-party Python clients that share the import name ``rocketmq`` live in their own target dirs;
 # the official 2.0.0 wrapper needs the C++ core that rocketmq-python-cvs bundles (CLIENTS.md).
@@ -39,8 +48,8 @@ setup: $(STAMP) $(CLIENTS)/.installed
 	  echo "installing tshark (the Wireshark dissector's tests)"; \
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq tshark) ; }
 
-serve: $(STAMP)
-	$(BIN)/rmqgate serve
+serve: $(SERVE_STAMP)
+	$(BIN)/rmqgate serve $(SERVE_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

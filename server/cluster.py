@@ -155,12 +155,11 @@ class ClusterSupervisor:
         for slot in self.slots:
             write_broker_conf(slot, self.parent_conf)
         self._watchers = [asyncio.create_task(self._watch(slot)) for slot in self.slots]
-        waits = [asyncio.create_task(slot.ready.wait()) for slot in self.slots]
-        await asyncio.wait(
-            [asyncio.gather(*waits), *self._watchers], timeout=timeout, return_when=asyncio.FIRST_COMPLETED
-        )
-        for task in waits:
-            task.cancel()
+        all_ready = asyncio.ensure_future(asyncio.gather(*(slot.ready.wait() for slot in self.slots)))
+        await asyncio.wait([all_ready, *self._watchers], timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        all_ready.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await all_ready
         if not all(slot.ready.is_set() for slot in self.slots):
             await self.stop()
             missing = [slot.name for slot in self.slots if not slot.ready.is_set()]
