@@ -87,9 +87,9 @@ def plan_brokers(config: BrokerConfig, count: int) -> list[BrokerSlot]:
             overrides["storePathCommitLog"] = os.path.join(config.storePathCommitLog, f"broker-{i}")
         if config.metricsPort:
             overrides["metricsPort"] = str(config.metricsPort + i)
-        ha_port = config.extra.get("haListenPort") or getattr(config, "haListenPort", None)
-        if ha_port:  # set outright: each broker's is its own (unset, it follows listenPort)
-            overrides["haListenPort"] = str(int(ha_port) + BROKER_PORT_STEP * i)
+        ha_port = int(config.extra.get("haListenPort") or getattr(config, "haListenPort", -1))
+        if ha_port > 0:  # set outright: each broker's is its own (-1 follows listenPort, 0 is any)
+            overrides["haListenPort"] = str(ha_port + BROKER_PORT_STEP * i)
         slots.append(
             BrokerSlot(i, overrides["brokerName"], port, store, os.path.join(store, "broker.conf"), overrides)
         )

@@ -49,6 +49,11 @@ def test_plan_names_ports_stores_and_paths(tmp_path: Path) -> None:
         "metricsPort": "9102",
     }
     assert [s.port for s in plan_brokers(BrokerConfig(listenPort=0), 2)] == [0, 0]  # each picks its own
+    config.set("haListenPort", "30001")  # set outright: spaced like listenPort
+    assert [s.overrides["haListenPort"] for s in plan_brokers(config, 2)] == [
+        "30001",
+        str(30001 + BROKER_PORT_STEP),
+    ]
 
 
 def test_child_conf_keeps_persisted_keys_but_parent_conf_wins(tmp_path: Path) -> None:
