@@ -88,6 +88,13 @@ class JavaServer:
         terminate(self.proc, timeout)
         self._log.close()
 
+    def kill(self) -> None:
+        """SIGKILL (the launcher execs the JVM): no shutdown hook, nothing flushed or persisted."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self._log.close()
+
 
 class JavaNameServer(JavaServer):
     launcher = "namesrv"
@@ -119,7 +126,14 @@ enablePropertyFilter=true
 
 
 class JavaBroker(JavaServer):
-    """A stock 4.9.8 broker. It opens ``port`` (and ``port - 2``, its VIP channel, and the HA port)."""
+    """A stock 4.9.8 broker. It opens ``port`` (and ``port - 2``, its VIP channel, and the HA port).
+
+    Master/slave: ``broker_id`` and ``role`` (brokerRole: ASYNC_MASTER, SYNC_MASTER or SLAVE) and, for
+    a slave, ``ha_master`` (haMasterAddress, the master's HA ``host:port``). The HA port is always
+    ``port + 1``: 4.9.8's BrokerStartup sets haListenPort to listenPort + 1 after reading broker.conf,
+    so a haListenPort line there is shown by getBrokerConfig but never listened on. ``store`` is the storePathRootDir (default ``workdir/store``);
+    another JavaBroker on the same workdir, store and port is a restart.
+    """
 
     launcher = "broker"
     heap = "768m"
@@ -134,17 +148,30 @@ class JavaBroker(JavaServer):
         port: int | None = None,
         extra_conf: str = JAVA_BROKER_CONF,
         home: Path | None = None,
+        broker_id: int = 0,
+        role: str | None = None,
+        ha_master: str | None = None,
+        store: Path | None = None,
     ) -> None:
         self.port = port or _broker_port()
+        self.ha_port = self.port + 1
         self.name = name
         self.cluster = cluster
-        store = workdir / "store"
+        self.store = store or workdir / "store"
         conf = (
-            f"brokerClusterName={cluster}\nbrokerName={name}\nbrokerId=0\nnamesrvAddr={namesrv}\n"
-            f"listenPort={self.port}\nhaListenPort={self.port + 1}\n"
-            f"storePathRootDir={store}\nstorePathCommitLog={store / 'commitlog'}\n" + extra_conf
+            f"brokerClusterName={cluster}\nbrokerName={name}\nbrokerId={broker_id}\nnamesrvAddr={namesrv}\n"
+            f"listenPort={self.port}\nhaListenPort={self.ha_port}\n"
+            f"storePathRootDir={self.store}\nstorePathCommitLog={self.store / 'commitlog'}\n"
         )
-        super().__init__(workdir, "broker.conf", conf, [self.port], home=home)
+        if role:
+            conf += f"brokerRole={role}\n"
+        if ha_master:
+            conf += f"haMasterAddress={ha_master}\n"
+        super().__init__(workdir, "broker.conf", conf + extra_conf, [self.port], home=home)
+
+    @property
+    def ha_addr(self) -> str:
+        return f"127.0.0.1:{self.ha_port}"
 
     @property
     def addr(self) -> str:
@@ -161,11 +188,14 @@ def _broker_port() -> int:
 
 
 @functools.cache
-def compiled_clients(version: int, out_root: Path) -> Path:
-    """compat_tests/java/*.java compiled with ``bin/javac-client.sh`` against client ``version``."""
+def compiled_clients(version: int, out_root: Path, only: tuple[str, ...] = ()) -> Path:
+    """compat_tests/java/*.java compiled with ``bin/javac-client.sh`` against client ``version``;
+    ``only``: just these programs (class names) and Harness, for a module that runs no other."""
     out = out_root / f"classes{version}"
     out.mkdir(parents=True, exist_ok=True)
     sources = sorted(str(p) for p in JAVA_SRC.glob("*.java"))
+    if only:
+        sources = [str(JAVA_SRC / f"{name}.java") for name in ("Harness", *only)]
     cmd = [str(rocketmq_home() / "bin" / "javac-client.sh"), str(version), "-d", str(out), *sources]
     done = subprocess.run(cmd, capture_output=True, text=True, env=java_env(out_root / "logs"))
     if done.returncode != 0:

@@ -1,0 +1,350 @@
+"""Master/slave replication proved with stock Java 4.9.8 clients through a name server: a SYNC_MASTER
+and its SLAVE of one brokerName, for each pairing of rmqgate and the stock Java broker. Sends answered
+SEND_OK are on the slave when the master is killed with SIGKILL; the CommitLog files of both are
+byte-identical over the replicated range; a Java push consumer then reads everything from the slave at
+the same queue offsets; the master restarted on its store serves again. The last test runs the
+README's "Migrating a live Java broker" recipe with producers and consumers running throughout.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rmqgate.compat_tests import java
+from rmqgate.compat_tests.drivers import Background
+from rmqgate.compat_tests.servers import ServerProcess, log_tail
+from rmqgate.compat_tests.wire_client import WireClient, create_routed_topic, loads, wait_until
+from rmqgate.wire.codes import RequestCode
+
+pytestmark = [pytest.mark.slow, pytest.mark.java]
+
+CLUSTER = "HaCluster"
+BROKER_NAME = "ha-broker-a"
+QUEUES = 4
+#: Messages each pairing sends before the master is killed.
+COUNT = 200
+#: CommitLog's first file name (offset 0); every run here stays within it.
+FIRST_FILE = "00000000000000000000"
+
+#: broker.conf lines an rmqgate broker of these runs has besides names, role and ports.
+GATE_CONF = """\
+brokerIP1 = 127.0.0.1
+autoCreateTopicEnable = true
+autoCreateSubscriptionGroup = true
+defaultTopicQueueNums = 4
+flushDiskType = ASYNC_FLUSH
+"""
+
+
+@dataclasses.dataclass
+class Broker:
+    """One broker process of the pair, Java or rmqgate, with what a restart on its store needs."""
+
+    kind: str  # "java" or "rmqgate"
+    broker_id: int
+    role: str
+    port: int
+    ha_port: int
+    store: Path
+    log_path: Path
+    stop: Callable[[], None]
+    kill: Callable[[], None]
+
+    @property
+    def addr(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def ha_addr(self) -> str:
+        return f"127.0.0.1:{self.ha_port}"
+
+    def commitlog(self) -> Path:
+        found = sorted(self.store.rglob(f"commitlog/{FIRST_FILE}"))
+        assert found, f"no CommitLog file under {self.store}"
+        return found[0]
+
+
+def gate_conf(broker_id: int, role: str, ha_port: int, ha_master: str | None) -> str:
+    """An rmqgate broker.conf of the pair: the same RocketMQ keys a Java broker of it has."""
+    conf = (
+        f"brokerClusterName = {CLUSTER}\nbrokerName = {BROKER_NAME}\nbrokerId = {broker_id}\n"
+        f"brokerRole = {role}\nhaListenPort = {ha_port}\n" + GATE_CONF
+    )
+    return conf + (f"haMasterAddress = {ha_master}\n" if ha_master else "")
+
+
+class Pair:
+    """A name server and the brokers started on it; everything is stopped (or killed) on exit."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+        self.cleanups: list[Callable[[], None]] = []
+        self.logs: list[Path] = []
+        self.namesrv = ""
+
+    def start_namesrv(self, kind: str) -> None:
+        if kind == "java":
+            ns = java.JavaNameServer(self.workdir / "namesrv")
+            self.cleanups.append(ns.stop)
+            ns.wait_ready()
+            self.namesrv, log = ns.addr, ns.log_path
+        else:
+            (self.workdir / "namesrv").mkdir()
+            proc = ServerProcess(self.workdir / "namesrv", role="namesrv")
+            self.cleanups.append(proc.stop)
+            proc.wait_ready()
+            self.namesrv, log = proc.namesrv, proc.log_path
+        self.logs.append(log)
+
+    def start_broker(
+        self,
+        kind: str,
+        tag: str,
+        *,
+        broker_id: int,
+        role: str,
+        ha_master: str | None = None,
+        store: Path | None = None,
+        port: int | None = None,
+    ) -> Broker:
+        """A broker in ``workdir/tag`` (a restart: a new tag, the earlier broker's store and ports)."""
+        workdir = self.workdir / tag
+        workdir.mkdir(parents=True)
+        port = port or java._broker_port()
+        ha_port = port + 1  # what a Java broker listens on whatever its broker.conf says
+        if kind == "java":
+            jb = java.JavaBroker(
+                workdir,
+                self.namesrv,
+                cluster=CLUSTER,
+                name=BROKER_NAME,
+                port=port,
+                broker_id=broker_id,
+                role=role,
+                ha_master=ha_master,
+                store=store,
+            )
+            self.cleanups.append(jb.stop)
+            self.logs.append(jb.log_path)
+            jb.wait_ready()
+            return Broker(kind, broker_id, role, port, ha_port, jb.store, jb.log_path, jb.stop, jb.kill)
+        store_args: tuple[str, ...] = ()
+        if store is not None:
+            store_args = ("--store", str(store))
+        proc = ServerProcess(
+            workdir,
+            role="broker",
+            namesrv_addr=self.namesrv,
+            conf=gate_conf(broker_id, role, ha_port, ha_master),
+            broker_port=port,
+            extra_args=store_args,
+        )
+        self.cleanups.append(proc.stop)
+        self.logs.append(proc.log_path)
+        proc.wait_ready()
+
+        def kill() -> None:
+            proc.proc.kill()
+            proc.proc.wait()
+
+        return Broker(
+            kind, broker_id, role, port, ha_port, store or proc.store, proc.log_path, proc.stop, kill
+        )
+
+    def registered(self) -> dict[str, str]:
+        """brokerId -> address of BROKER_NAME as the name server lists it now."""
+        try:
+            with WireClient(self.namesrv, timeout=3) as ns:
+                info = ns.cluster_info()
+        except (OSError, AssertionError, ValueError):
+            return {}
+        return dict((info.get("brokerAddrTable") or {}).get(BROKER_NAME, {}).get("brokerAddrs") or {})
+
+    def wait_registered(self, want: dict[str, str], timeout: float = 40) -> None:
+        got = wait_until(lambda: self.registered() == want, timeout=timeout, interval=0.2)
+        assert got, f"the name server lists {self.registered()}, expected {want}\n{self.log_tails()}"
+
+    def log_tails(self) -> str:
+        return "\n".join(f"--- {path}\n{log_tail(path, 30)}" for path in self.logs)
+
+    def close(self) -> None:
+        for cleanup in reversed(self.cleanups):
+            with contextlib.suppress(Exception):
+                cleanup()
+
+
+@pytest.fixture(scope="module")
+def classes(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    reason = java.missing()
+    if reason:
+        pytest.fail(reason)  # the java mark selects this module: a missing JDK is a failure, not a pass
+    return java.compiled_clients(4, tmp_path_factory.mktemp("ha-classes"), ("HaProduce", "HaConsume"))
+
+
+@pytest.fixture
+def pair(tmp_path: Path) -> Iterator[Pair]:
+    p = Pair(tmp_path)
+    try:
+        yield p
+    finally:
+        p.close()
+
+
+def client(classes: Path, pair: Pair, main: str, args: dict[str, Any], timeout: float = 120) -> Background:
+    log_dir = pair.workdir / "client-logs"
+    return java.java_client(
+        4, classes, main, {**args, "namesrv": pair.namesrv}, log_dir=log_dir, timeout=timeout
+    )
+
+
+def runtime_info(addr: str) -> dict[str, str]:
+    """GET_BROKER_RUNTIME_INFO's table (what mqadmin brokerStatus prints)."""
+    with WireClient(addr, timeout=5) as c:
+        resp = c.invoke(RequestCode.GET_BROKER_RUNTIME_INFO)
+    assert resp.code == 0, f"GET_BROKER_RUNTIME_INFO on {addr}: {resp!r}"
+    return loads(resp.body)["table"]
+
+
+def max_phy_offset(addr: str) -> int:
+    return int(runtime_info(addr)["commitLogMaxOffset"])
+
+
+def ha_attached(master: Broker) -> bool:
+    """Whether a connection to the master's HA port is established (the slave's HAClient is in): a
+    SYNC_MASTER answers SLAVE_NOT_AVAILABLE until then. Read from /proc/net/tcp*, state 01."""
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError), open(table) as f:
+            for line in f.readlines()[1:]:
+                fields = line.split()
+                if fields[3] == "01" and int(fields[1].rsplit(":", 1)[1], 16) == master.ha_port:
+                    return True
+    return False
+
+
+def wait_ha_attached(pair: Pair, master: Broker) -> None:
+    attached = wait_until(lambda: ha_attached(master), timeout=60, interval=0.2)
+    assert attached, f"no slave connected to the master's HA port {master.ha_port}\n{pair.log_tails()}"
+
+
+def has_topic(addr: str, topic: str) -> bool:
+    try:
+        with WireClient(addr, timeout=5) as c:
+            resp = c.invoke(RequestCode.GET_ALL_TOPIC_CONFIG)
+    except OSError:
+        return False
+    return resp.code == 0 and topic in loads(resp.body).get("topicConfigTable", {})
+
+
+def create_topic_seen_by_slave(pair: Pair, master: Broker, slave: Broker, topic: str) -> None:
+    """The topic made on the master; the slave has it once its metadata sync ran (a Java slave pulls
+    the master's topic config 10 s after its start, then every 60 s: SlaveSynchronize)."""
+    create_routed_topic(master.addr, pair.namesrv, topic, QUEUES)
+    synced = wait_until(lambda: has_topic(slave.addr, topic), timeout=90, interval=0.5)
+    assert synced, f"the slave never synced topic {topic} from the master\n{pair.log_tails()}"
+
+
+def sent_rows(result: dict[str, Any]) -> list[list[Any]]:
+    """The producer's SEND_OK rows: [body, msgId, brokerName, queueId, queueOffset]."""
+    return result["data"]["sent"]
+
+
+def by_position(rows: list[list[Any]], queue_col: int) -> dict[tuple[int, int], str]:
+    """(queueId, queueOffset) -> body of each row."""
+    return {(int(r[queue_col]), int(r[queue_col + 1])): r[0] for r in rows}
+
+
+def read_range(path: Path, end: int) -> bytes:
+    with path.open("rb") as f:
+        return f.read(end)
+
+
+def assert_same_commitlog(master: Broker, slave: Broker, end: int) -> None:
+    """Both CommitLog files hold the same bytes over [0, end)."""
+    m, s = read_range(master.commitlog(), end), read_range(slave.commitlog(), end)
+    assert len(m) == len(s) == end, f"short CommitLog: master {len(m)}, slave {len(s)} of {end} bytes"
+    if m != s:
+        first = next(i for i in range(end) if m[i] != s[i])
+        raise AssertionError(f"CommitLog bytes differ first at offset {first} of the {end} replicated")
+
+
+def consume_all(classes: Path, pair: Pair, topic: str, group: str, bodies: list[str]) -> list[list[Any]]:
+    expect = pair.workdir / f"expect-{group}.json"
+    expect.write_text(json.dumps(bodies))
+    result = client(
+        classes, pair, "HaConsume", {"topic": topic, "group": group, "expectFile": str(expect)}
+    ).result()
+    assert result["checks"] and result["checks"][0]["ok"], (
+        f"{group} did not get every message: {result}\n{pair.log_tails()}"
+    )
+    return result["data"]["got"]
+
+
+PAIRINGS = [
+    pytest.param("java", "java", "java", id="java-master+java-slave"),
+    pytest.param("rmqgate", "rmqgate", "rmqgate", id="rmqgate-master+rmqgate-slave"),
+    pytest.param("rmqgate", "java", "java", id="rmqgate-master+java-slave"),
+    pytest.param("java", "rmqgate", "java", id="java-master+rmqgate-slave"),
+]
+
+
+@pytest.mark.parametrize(("master_kind", "slave_kind", "namesrv_kind"), PAIRINGS)
+def test_sync_master_slave_survives_master_kill(
+    classes: Path, pair: Pair, uniq, master_kind: str, slave_kind: str, namesrv_kind: str
+) -> None:
+    topic = uniq()
+    pair.start_namesrv(namesrv_kind)
+    master = pair.start_broker(master_kind, "master", broker_id=0, role="SYNC_MASTER")
+    pair.wait_registered({"0": master.addr})
+    create_routed_topic(master.addr, pair.namesrv, topic, QUEUES)
+    slave = pair.start_broker(slave_kind, "slave", broker_id=1, role="SLAVE", ha_master=master.ha_addr)
+    pair.wait_registered({"0": master.addr, "1": slave.addr})
+    create_topic_seen_by_slave(pair, master, slave, topic)
+    wait_ha_attached(pair, master)
+
+    produced = client(
+        classes, pair, "HaProduce", {"topic": topic, "group": uniq("pg"), "count": COUNT}
+    ).result()
+    sent = sent_rows(produced)
+    master.kill()  # at once: SYNC_MASTER answered SEND_OK only once the slave had each message
+    assert len(sent) == COUNT, f"{len(sent)} of {COUNT} sends answered SEND_OK: {produced['data']}"
+    assert {r[2] for r in sent} == {BROKER_NAME}
+
+    slave_end = max_phy_offset(slave.addr)
+    assert slave_end > 0, f"the slave holds nothing\n{pair.log_tails()}"
+    assert_same_commitlog(master, slave, slave_end)
+    # the master wrote nothing past what the slave has: its file is zero from there on
+    tail = read_range(master.commitlog(), slave_end + 4096)[slave_end:]
+    assert tail == bytes(len(tail)), "the master's CommitLog holds bytes past the slave's max offset"
+
+    pair.wait_registered({"1": slave.addr})
+    got = consume_all(classes, pair, topic, uniq("cg"), [r[0] for r in sent])
+    assert by_position(got, 2) == by_position(sent, 3), "the slave served other messages or offsets"
+    assert len(got) == len(sent), f"{len(got) - len(sent)} deliveries repeated"
+
+    restarted = pair.start_broker(
+        master_kind,
+        "master-restarted",
+        broker_id=0,
+        role="SYNC_MASTER",
+        store=master.store,
+        port=master.port,
+    )
+    pair.wait_registered({"0": restarted.addr, "1": slave.addr})
+    wait_ha_attached(pair, restarted)  # the slave's HAClient reconnects every 5 s
+    after = client(
+        classes, pair, "HaProduce", {"topic": topic, "group": uniq("pg"), "count": 20, "prefix": "after"}
+    ).result()
+    again = sent_rows(after)
+    assert len(again) == 20, f"the restarted master answered {len(again)} of 20 sends SEND_OK: {after}"
+    before = by_position(sent, 3)
+    for _, _, _, queue_id, offset in again:
+        assert (queue_id, offset) not in before, f"queue {queue_id} offset {offset} was given twice"
+        assert offset >= sum(1 for q, _ in before if q == queue_id)
+    assert_same_commitlog(restarted, slave, max_phy_offset(slave.addr))
