@@ -4,6 +4,7 @@ point only below the new minimum offset (CleanConsumeQueueService); and the disk
 
 from __future__ import annotations
 
+import logging
 import shutil
 import threading
 import time
@@ -12,6 +13,8 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from rmqgate.store.message_store import DefaultMessageStore
+
+_log = logging.getLogger(__name__)
 
 CLEAN_FORCIBLY_RATIO = 85  # diskSpaceCleanForciblyRatio: delete regardless of age
 DISK_WARNING_RATIO = 90  # diskSpaceWarningLevelRatio: stop accepting writes
@@ -40,17 +43,18 @@ class CleanService:
         hour = time.localtime(now / 1000).tm_hour
         timeup = any(h.strip().isdigit() and int(h) == hour for h in cfg.delete_when.split(";"))
         # isSpaceToDelete: the CommitLog's partition first; only when it has room, the ConsumeQueue's
-        # (which then alone decides DISK_FULL). getDiskMaxUsedSpaceRatio's bounds; an unreadable
+        # (which then marks DISK_FULL again). getDiskMaxUsedSpaceRatio's bounds; an unreadable
         # partition counts as full, as in Java
         limit = min(max(cfg.disk_max_used_space_ratio, 10), 95)
         ratio = disk_used_percent(store.commitlog_dir)
+        _mark_disk(store, ratio)
         immediately = ratio > CLEAN_FORCIBLY_RATIO
         spacefull = ratio < 0 or ratio > limit
         if not spacefull:
             ratio = disk_used_percent(store.consume_queue_dir)
+            _mark_disk(store, ratio)
             immediately = immediately or ratio > CLEAN_FORCIBLY_RATIO
             spacefull = ratio < 0 or ratio > limit
-        store._disk_full = ratio > DISK_WARNING_RATIO  # like RunningFlags DISK_FULL: puts refused
         deleted = 0
         if timeup or spacefull or force:
             q = store.commitlog.queue
@@ -69,6 +73,20 @@ class CleanService:
             else:
                 store.index.delete_expired(min_phy)
         return deleted
+
+
+def _mark_disk(store: DefaultMessageStore, ratio: int) -> None:
+    """RunningFlags' DISK_FULL (puts refused) as isSpaceToDelete sets it: marked over the warning ratio,
+    cleared only at or below the forcible-clean ratio; in between it stays as it was, so a store that
+    filled up takes writes again only once cleanup has brought it down to 85 %."""
+    if ratio > DISK_WARNING_RATIO:
+        if not store._disk_full:
+            _log.error("disk maybe full soon %d%%, so mark disk full", ratio)
+        store._disk_full = True
+    elif ratio <= CLEAN_FORCIBLY_RATIO:
+        if store._disk_full:
+            _log.info("disk space OK %d%%, so mark disk ok", ratio)
+        store._disk_full = False
 
 
 def disk_util(store: DefaultMessageStore) -> str:
