@@ -16,7 +16,7 @@ import zlib
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
-from rmqgate.server import acl, acl_admin, locks, schedule, sendback, transaction
+from rmqgate.server import acl, acl_admin, ha, locks, schedule, sendback, transaction
 from rmqgate.server.admin import AdminBrokerProcessor
 from rmqgate.server.client import RemotingClient
 from rmqgate.server.config import BrokerConfig, parse_properties_text
@@ -75,6 +75,9 @@ class BrokerController:
         self.schedule = schedule.ScheduleMessageService(self)
         self.stats = BrokerStats(self.store, config.brokerClusterName)
         self.topics.on_change = self.request_register
+        # HA: a master's listener for its slaves, a slave's client of its master (server/ha.py)
+        self.ha_service = None if self.slave else ha.HAService(config, self.store, listen_host)
+        self.ha_client = ha.HAClient(config, self.store) if self.slave else None
         self.send_processor = SendMessageProcessor(self)
         self.pull_processor = PullMessageProcessor(self)
         self.admin_processor = AdminBrokerProcessor(self)
@@ -118,6 +121,9 @@ class BrokerController:
         self.update_master_ha_addr_periodically = self.slave and not self.master_ha_addr
         self.master_ha_addr_listeners: list[Callable[[str], None]] = []
         self.slave_synchronize = SlaveSynchronize(self) if self.slave else None
+        if self.ha_client is not None:
+            self.ha_client.set_master_ha_addr(self.master_ha_addr)
+            self.master_ha_addr_listeners.append(self.ha_client.set_master_ha_addr)
         self.metrics: MetricsServer | None = None
         if config.metricsPort:  # (off: nothing in the request path)
             from rmqgate.server.metrics import MetricsServer
@@ -148,6 +154,10 @@ class BrokerController:
         if self.config.listenPort == 0:  # ephemeral port (tests): advertise the real one
             self.config.listenPort = self.server.port
             self.store.config.store_port = self.server.port
+        if self.ha_service is not None:
+            await self.ha_service.start()
+        if self.ha_client is not None:
+            self.ha_client.start()
         loop = asyncio.get_running_loop()
         c = self.config
         self.pull_processor.hold.bind(loop, 5.0 if c.longPollingEnable else c.shortPollingTimeMills / 1000.0)
@@ -181,6 +191,10 @@ class BrokerController:
         for client in self._namesrv_clients.values():
             client.close()
         self._namesrv_clients.clear()
+        if self.ha_client is not None:
+            await self.ha_client.stop()
+        if self.ha_service is not None:
+            await self.ha_service.stop()
         await self.server.stop()
         self.store.shutdown()
 
@@ -282,7 +296,8 @@ class BrokerController:
             compressed=c.compressedRegister,
         )
         ext = self._header()
-        ext["haServerAddr"] = f"{c.brokerIP2 or c.brokerIP1}:{c.listenPort + 1}"
+        ha_port = self.ha_service.port if self.ha_service is not None else c.ha_listen_port
+        ext["haServerAddr"] = f"{c.brokerIP2 or c.brokerIP1}:{ha_port}"
         ext["compressed"] = "true" if c.compressedRegister else "false"
         ext["bodyCrc32"] = str(zlib.crc32(body) & 0x7FFFFFFF)
         timeout = c.registerBrokerTimeoutMills / 1000.0

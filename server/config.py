@@ -150,9 +150,7 @@ def _broker_java_defaults() -> dict[str, str]:
         "destroyMapedFileIntervalForcibly": "120000", "redeleteHangedFileInterval": "120000",
         "putMsgIndexHightWater": "600000", "checkCRCOnRecover": "true", "commitCommitLogLeastPages": "4",
         "flushLeastPagesWhenWarmMapedFile": "4096", "commitCommitLogThoroughInterval": "200",
-        "messageIndexSafe": "false", "haListenPort": "10912", "haSendHeartbeatInterval": "5000",
-        "haHousekeepingInterval": "20000", "haTransferBatchSize": "32768",
-        "haSlaveFallbehindMax": str(256 << 20), "slaveTimeout": "3000", "flushDelayOffsetInterval": "10000",
+        "messageIndexSafe": "false", "slaveTimeout": "3000", "flushDelayOffsetInterval": "10000",
         "cleanFileForciblyEnable": "true", "warmMapedFileEnable": "false", "debugLockEnable": "false",
         "duplicationEnable": "false", "diskFallRecorded": "true", "osPageCacheBusyTimeOutMills": "1000",
         "transientStorePoolEnable": "false", "transientStorePoolSize": "5",
@@ -238,6 +236,12 @@ class BrokerConfig(PropertiesConfig):
     flushConsumerOffsetInterval: int = 5000
     cleanResourceInterval: int = 10_000
     syncFlushTimeout: int = 5000
+    # HA replication (server/ha.py); haListenPort -1: listenPort + 1, which 4.9.8 always takes
+    haListenPort: int = -1
+    haSendHeartbeatInterval: int = 5000
+    haHousekeepingInterval: int = 20_000
+    haTransferBatchSize: int = 32 * 1024
+    haSlaveFallbehindMax: int = 256 * 1024 * 1024
     fileReservedTime: int = 72
     deleteWhen: str = "04"
     diskMaxUsedSpaceRatio: int = 75
@@ -263,6 +267,7 @@ class BrokerConfig(PropertiesConfig):
         # announces brokerIP1 for HA when it is unset), the CommitLog to the store root's commitlog/
         out.setdefault("brokerIP2", self.brokerIP1)
         out.setdefault("storePathCommitLog", os.path.join(self.storePathRootDir, "commitlog"))
+        out["haListenPort"] = str(self.ha_listen_port)
         return out
 
     def check_role(self) -> None:
@@ -291,6 +296,11 @@ class BrokerConfig(PropertiesConfig):
                 f"storePathCommitLog={self.storePathCommitLog!r}: one directory only "
                 "(rmqgate does not spread the CommitLog over several paths)"
             )
+
+    @property
+    def ha_listen_port(self) -> int:
+        """The HA port: haListenPort when set (0: any free port), else listenPort + 1."""
+        return self.haListenPort if self.haListenPort >= 0 else self.listenPort + 1
 
     @property
     def broker_addr(self) -> str:

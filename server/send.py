@@ -162,6 +162,7 @@ class SendMessageProcessor(RequestProcessor):
         self.region = broker.config.regionId
         self.trace_on = "true" if broker.config.traceOn else "false"
         self.max_message_size = broker.config.maxMessageSize
+        self.ha = broker.ha_service if broker.config.brokerRole == "SYNC_MASTER" else None
         self._json_ok = (
             '{"code":0,"extFields":{"MSG_REGION":' + json.dumps(self.region, ensure_ascii=False).replace("%", "%%")
             + ',"TRACE_ON":"' + self.trace_on + '","msgId":"%s%016X","queueId":"%d","queueOffset":"%d"},"flag":1,'
@@ -261,6 +262,8 @@ class SendMessageProcessor(RequestProcessor):
         result = self.store.put_message(msg)
         if answer_queue != result.queue_id:
             result = result._replace(queue_id=answer_queue)
+        if self.ha is not None and result.status is _PUT_OK and _wait_store_msg_ok(wait):
+            result = self.ha.handle_ha(result)  # SYNC_MASTER: answered once a slave has it
         if result.durable is not None and result.status is _PUT_OK and _wait_store_msg_ok(wait):
             return self._await_flush(request, result)
         return self.response(request, result)
@@ -394,6 +397,8 @@ class SendMessageProcessor(RequestProcessor):
             return request.response(ResponseCode.MESSAGE_ILLEGAL, str(exc))
         if result.status is _PUT_OK:
             self.broker.stats.record_batch_put(result.topic, len(msgs))
+            if self.ha is not None and wait:
+                result = self.ha.handle_ha(result)
         if result.durable is not None and result.status is _PUT_OK and wait:
             return self._await_flush(request, result)
         return self.response(request, result)
