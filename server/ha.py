@@ -24,6 +24,7 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
+from rmqgate.server.remoting import Pending
 from rmqgate.store.api import PutMessageStatus, PutResult
 from rmqgate.store.replica import AppendRefused, CommitLogAppender, read_commit_log
 from rmqgate.wire.errors import MessageFormatError
@@ -35,8 +36,10 @@ from rmqgate.wire.ha import (
 )
 
 if TYPE_CHECKING:
+    from rmqgate.server.broker import BrokerController
     from rmqgate.server.config import BrokerConfig
     from rmqgate.store.message_store import DefaultMessageStore
+    from rmqgate.wire.command import RemotingCommand
 
 log = logging.getLogger("rmqgate.server.ha")
 
@@ -280,6 +283,23 @@ class HAService:
 
         asyncio.wrap_future(durable).add_done_callback(flushed)
         return result._replace(durable=combined)
+
+
+def answer_once_stored(
+    broker: BrokerController, result: PutResult, response: RemotingCommand
+) -> RemotingCommand | Pending:
+    """``response`` to a request whose put Java's ``putMessage`` waits for (END_TRANSACTION's final
+    message, CONSUMER_SEND_MSG_BACK): once the SYNC_FLUSH group commit and, on a SYNC_MASTER, the
+    slave have it. These answer the same whether flush or slave timed out or no slave
+    is there, as 4.9.8's do; only the moment follows the put."""
+    if result.status is not _PUT_OK:
+        return response
+    ha = broker.ha_service
+    if ha is not None and broker.config.brokerRole == "SYNC_MASTER":
+        result = ha.handle_ha(result)
+    if result.durable is None:
+        return response
+    return Pending(asyncio.wrap_future(result.durable), lambda _: response)
 
 
 def _time_out(fut: asyncio.Future[PutMessageStatus]) -> None:

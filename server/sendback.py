@@ -11,7 +11,8 @@ from __future__ import annotations
 import random
 from typing import TYPE_CHECKING, ClassVar
 
-from rmqgate.server.remoting import Channel, RequestProcessor
+from rmqgate.server.ha import answer_once_stored
+from rmqgate.server.remoting import Channel, Pending, RequestProcessor
 from rmqgate.server.topics import (
     DLQ_GROUP_TOPIC_PREFIX,
     PERM_RW,
@@ -50,7 +51,7 @@ class ConsumerSendMsgBackProcessor(RequestProcessor):
     def __init__(self, broker: BrokerController) -> None:
         self.broker = broker
 
-    def process(self, channel: Channel, request: RemotingCommand) -> RemotingCommand:
+    def process(self, channel: Channel, request: RemotingCommand) -> RemotingCommand | Pending:
         h = ConsumerSendMsgBackRequestHeader.from_ext(request.ext_fields or {})
         broker = self.broker
         group = h.group
@@ -111,5 +112,5 @@ class ConsumerSendMsgBackProcessor(RequestProcessor):
         )
         result = broker.store.put_message(msg)
         if result.status in _PUT_DONE:
-            return request.response(ResponseCode.SUCCESS)
+            return answer_once_stored(broker, result, request.response(ResponseCode.SUCCESS))
         return request.response(ResponseCode.SYSTEM_ERROR, result.status.value)

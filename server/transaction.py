@@ -19,7 +19,8 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, ClassVar
 
-from rmqgate.server.remoting import Channel, RequestProcessor, cancel_and_wait
+from rmqgate.server.ha import answer_once_stored
+from rmqgate.server.remoting import Channel, Pending, RequestProcessor, cancel_and_wait
 from rmqgate.server.topics import (
     PERM_RW,
     RMQ_SYS_TRANS_CHECK_MAX_TIME_TOPIC,
@@ -367,7 +368,7 @@ class EndTransactionProcessor(RequestProcessor):
         self.broker = broker
         self.service: TransactionalMessageService = broker.transactions
 
-    def process(self, channel: Channel, request: RemotingCommand) -> RemotingCommand | None:
+    def process(self, channel: Channel, request: RemotingCommand) -> RemotingCommand | Pending | None:
         h = EndTransactionRequestHeader.from_ext(request.ext_fields or {})
         if self.broker.slave:
             return request.response(ResponseCode.SLAVE_NOT_AVAILABLE)
@@ -400,6 +401,8 @@ class EndTransactionProcessor(RequestProcessor):
                     else (ResponseCode.SYSTEM_ERROR, result.status.value)
                 )
                 return request.response(code, remark)
+            service.delete_prepare_message(live)
+            return answer_once_stored(self.broker, result, request.response(ResponseCode.SUCCESS))
         service.delete_prepare_message(live)
         return request.response(ResponseCode.SUCCESS)
 

@@ -14,11 +14,12 @@ import pytest
 
 from rmqgate.server import ha
 from rmqgate.server.testing import LocalBroker, async_test, pull_cmd, send_v2, wait_for
+from rmqgate.server.tests.test_sendback import send_back
 from rmqgate.server.topics import topic_config
 from rmqgate.wire import ResponseCode
 from rmqgate.wire.codes import RequestCode
 from rmqgate.wire.ha import SLAVE_REPORT, encode_transfer_header
-from rmqgate.wire.message import BatchEntry, encode_batch, iter_messages
+from rmqgate.wire.message import BatchEntry, decode_offset_msg_id, encode_batch, iter_messages
 
 SEGMENT = 1 << 20  # small_store's CommitLog segment size
 
@@ -270,3 +271,27 @@ async def test_replication_resumes_after_either_side_restarts(
         for q in range(2):
             assert await pulled(slave, "R", q) == await pulled(master, "R", q)
             assert len(await pulled(slave, "R", q)) == 6
+
+
+@async_test
+async def test_a_send_back_on_a_sync_master_is_answered_once_the_slave_has_the_retry(
+    tmp_path: Path,
+) -> None:
+    """CONSUMER_SEND_MSG_BACK answers SUCCESS after the slave has the retry message; with no slave
+    it answers SUCCESS as well (4.9.8 answers SLAVE_NOT_AVAILABLE puts there as done)."""
+    conf = master_conf(brokerRole="SYNC_MASTER", syncFlushTimeout=400)
+    async with LocalBroker(str(tmp_path / "m"), **conf) as master:
+        c = await master.client()
+        phys = [
+            decode_offset_msg_id((await c.invoke(send_v2("RT", b"r%d" % i))).ext_fields["msgId"])[2]
+            for i in range(2)
+        ]
+        resp = await c.invoke(send_back(phys[0], "G1"))
+        assert resp.code == ResponseCode.SUCCESS, resp
+        async with LocalBroker(str(tmp_path / "s"), **slave_conf(master)) as slave:
+            await caught_up(master, slave)
+            before = master.store.get_max_phy_offset()
+            resp = await c.invoke(send_back(phys[1], "G1"))
+            assert resp.code == ResponseCode.SUCCESS, resp
+            assert slave.store.get_max_phy_offset() == master.store.get_max_phy_offset() > before
+        await c.aclose()
