@@ -18,7 +18,7 @@ from rmqgate.server.tests.test_sendback import send_back
 from rmqgate.server.topics import topic_config
 from rmqgate.wire import ResponseCode
 from rmqgate.wire.codes import RequestCode
-from rmqgate.wire.ha import SLAVE_REPORT, encode_transfer_header
+from rmqgate.wire.ha import SLAVE_REPORT, TransferDecoder, encode_transfer_header
 from rmqgate.wire.message import BatchEntry, decode_offset_msg_id, encode_batch, iter_messages
 
 SEGMENT = 1 << 20  # small_store's CommitLog segment size
@@ -295,3 +295,28 @@ async def test_a_send_back_on_a_sync_master_is_answered_once_the_slave_has_the_r
             assert resp.code == ResponseCode.SUCCESS, resp
             assert slave.store.get_max_phy_offset() == master.store.get_max_phy_offset() > before
         await c.aclose()
+
+
+@async_test
+async def test_the_master_sends_heartbeats_and_drops_a_silent_slave(tmp_path: Path) -> None:
+    """WriteSocketService: idle, a frame with an empty body at the next offset every
+    haSendHeartbeatInterval; ReadSocketService: a slave silent for haHousekeepingInterval is closed."""
+    conf = master_conf(haSendHeartbeatInterval=50, haHousekeepingInterval=1000)
+    async with LocalBroker(str(tmp_path / "m"), **conf) as master:
+        await send_many(master, "HB", 2, 100, queues=1)
+        end = master.store.get_max_phy_offset()
+        reader, writer = await asyncio.open_connection("127.0.0.1", master.broker.ha_service.port)
+        writer.write(SLAVE_REPORT.pack(0))
+        await writer.drain()
+        decoder = TransferDecoder()
+        frames: list[tuple[int, bytes]] = []
+        while len(frames) < 3:
+            data = await reader.read(65536)
+            assert data, "closed before the heartbeats"
+            frames += decoder.feed(data)
+        assert frames[0] == (0, commitlog_bytes(master, 0, end))
+        assert frames[1:3] == [(end, b""), (end, b"")]
+        while await reader.read(65536):  # nothing reported since the first: closed by the master
+            pass
+        await wait_for(lambda: not master.broker.ha_service.connections)
+        writer.close()
