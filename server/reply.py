@@ -63,8 +63,9 @@ class ReplyMessageProcessor(RequestProcessor):
                 ResponseCode.SYSTEM_ERROR,
                 f"request queueId[{queue_id}] is illegal, {topic_config_str(tc)} Producer: {channel.remote_addr}",
             )
-        if queue_id < 0:
-            queue_id = random.randrange(99999999) % tc["writeQueueNums"]
+        if queue_id < 0:  # a topic of no write queues takes queue 0, as the send processor's sends do
+            write_nums = tc["writeQueueNums"]
+            queue_id = random.randrange(99999999) % write_nums if write_nums > 0 else 0
         return self._reply(channel, request, h, queue_id)
 
     async def _reply(

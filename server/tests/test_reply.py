@@ -173,6 +173,25 @@ async def test_bad_queue_and_unknown_topic(tmp_path: Path) -> None:
 
 
 @async_test
+async def test_any_queue_of_a_topic_without_write_queues(tmp_path: Path) -> None:
+    """queueId -1 (any queue) on a topic created with writeQueueNums 0 is answered like a send to it,
+    not with the processor failing on a modulo by zero."""
+
+    async def run(broker: Any) -> None:
+        replier = await RemotingClient.connect("127.0.0.1", broker.port)
+        create = {"topic": "NoWriteQueues", "defaultTopic": "TBW102", "readQueueNums": "4", "writeQueueNums": "0",
+                  "perm": "6", "topicFilterType": "SINGLE_TAG"}  # fmt: skip
+        assert (await replier.invoke(RemotingCommand.request(R.UPDATE_AND_CREATE_TOPIC, create))).code == 0
+        cmd = reply_request("nobody")
+        (cmd.ext_fields or {}).update(b="NoWriteQueues", e="-1")
+        resp = await replier.invoke(cmd)
+        assert (resp.remark or "").startswith("push reply message fail"), resp
+        await replier.aclose()
+
+    await _with_broker(tmp_path, run)
+
+
+@async_test
 async def test_unregistering_one_producer_group_forgets_the_client(tmp_path: Path) -> None:
     """ProducerManager's clientId table (Java's clientChannelTable) drops the clientId when any of its
     groups unregisters, though the client's other group stays; its next registration of a group it
