@@ -52,7 +52,7 @@ from rmqgate.store.index_file import IndexReader, IndexService
 from rmqgate.store.layout import CQ_UNIT, CQ_UNIT_SIZE
 from rmqgate.store.mapped_file import MappedFile
 from rmqgate.store.meta import LmdbMetaStore
-from rmqgate.store.recovery import load_and_recover
+from rmqgate.store.recovery import RecoveryLoss, load_and_recover
 from rmqgate.wire.errors import MessageFormatError
 from rmqgate.wire.header import parse_java_int
 from rmqgate.wire.message import (
@@ -193,6 +193,7 @@ class DefaultMessageStore:
         self._shutdown = True
         self._physical_memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
         self.recovered_from = 0  # where the last recovery re-dispatched from (observable for tests)
+        self.recovery_loss: RecoveryLoss | None = None  # what the last recovery cut (logged too)
         self._put_times_base = self._put_size_base = 0  # put_totals() counts from these
         self._queue_base: dict[tuple[str, int], int] = {}  # and topic_put_totals() from this
         # the index: built inline (self.index), or by a dispatcher process read through self._index_reader

@@ -4,7 +4,8 @@ ConsumeQueues are cut back to it, and what they and the index lack is re-dispatc
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import logging
+from typing import TYPE_CHECKING, NamedTuple
 
 from rmqgate.store.consume_queue import BLANK_SIZE, ConsumeQueue
 from rmqgate.store.mapped_file import MappedFile
@@ -13,6 +14,19 @@ from rmqgate.wire.message import decode_message
 
 if TYPE_CHECKING:
     from rmqgate.store.message_store import DefaultMessageStore
+
+_log = logging.getLogger(__name__)
+
+
+class RecoveryLoss(NamedTuple):
+    """What recovery cut: the CommitLog's valid end, the ConsumeQueue units (messages) that pointed
+    past it or at records that do not check out, and the CommitLog bytes those units referenced past
+    the valid end (a tail written to the queues but not, or not wholly, to the CommitLog)."""
+
+    clean: bool
+    commitlog_end: int
+    messages: int
+    bytes: int
 
 
 def load_and_recover(store: DefaultMessageStore) -> None:
@@ -44,10 +58,23 @@ def load_and_recover(store: DefaultMessageStore) -> None:
     end = store.commitlog.recover_end(start)
     store.commitlog.queue.set_positions(end)
 
+    units_before = sum(cq.get_max_offset_in_queue() for cq in store.consume_queues.values())
+    referenced_end = max((cq.max_physic_offset for cq in store.consume_queues.values()), default=-1)
     for cq in store.consume_queues.values():
         cq.truncate_dirty(end)
         if not store.last_exit_ok:
             _check_last_units(store, cq)
+    units_after = sum(cq.get_max_offset_in_queue() for cq in store.consume_queues.values())
+    loss = RecoveryLoss(store.last_exit_ok, end, units_before - units_after, max(0, referenced_end - end))
+    store.recovery_loss = loss
+    _log.log(
+        logging.INFO if loss.clean and not loss.messages else logging.WARNING,
+        "recovery (%s): CommitLog valid to offset %d; dropped %d messages, %d bytes past it",
+        "clean shutdown" if loss.clean else "after a crash",
+        loss.commitlog_end,
+        loss.messages,
+        loss.bytes,
+    )
     min_phy = store.commitlog.get_min_offset()
     if store.last_exit_ok:
         reput_from = max([cq.max_physic_offset for cq in store.consume_queues.values()] + [min_phy])

@@ -3,6 +3,7 @@ acknowledged message and leave nothing half-visible; ConsumeQueues agree with th
 
 from __future__ import annotations
 
+import logging
 import os
 import random
 import signal
@@ -398,5 +399,36 @@ def test_abnormal_recovery_starts_from_checkpoint_segment(
         assert [s.get_max_offset_in_queue("C", q) for q in (0, 1)] == [55, 55]
         for i in (0, 50, 99, 100, 109):
             assert len(s.query_message("C", f"c{i}", 4).buffers) == 1, i
+    finally:
+        s.shutdown()
+
+
+@pytest.mark.parametrize("clean", [True, False], ids=["after-clean-stop", "after-crash"])
+def test_recovery_says_how_many_messages_and_bytes_it_dropped(
+    tmp_path: Path, clean: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The CommitLog's last three records lost (zeroed, as pages never written back) while the
+    ConsumeQueues list them: recovery reports those three messages and their bytes, and logs it."""
+    res = fill(tmp_path, 30, clean=clean)
+    lost = res[-3:]
+    for r in lost:
+        path, rel = segment_of(tmp_path, r.physical_offset)
+        data = bytearray(path.read_bytes())
+        data[rel : rel + r.wrote_bytes] = bytes(r.wrote_bytes)
+        path.write_bytes(bytes(data))
+    with caplog.at_level(logging.INFO, logger="rmqgate.store.recovery"):
+        s = DefaultMessageStore.open(small(tmp_path), start_services=False)
+    try:
+        loss = s.recovery_loss
+        assert loss is not None and loss.clean is clean
+        assert loss.commitlog_end == lost[0].physical_offset
+        assert loss.messages == 3
+        assert loss.bytes == lost[-1].physical_offset + lost[-1].wrote_bytes - lost[0].physical_offset
+        assert f"dropped 3 messages, {loss.bytes} bytes" in caplog.text
+    finally:
+        s.shutdown()
+    s = DefaultMessageStore.open(small(tmp_path), start_services=False)
+    try:
+        assert s.recovery_loss == (True, lost[0].physical_offset, 0, 0)
     finally:
         s.shutdown()
