@@ -360,8 +360,11 @@ class AdminBrokerProcessor(RequestProcessor):
         return req.response(ResponseCode.SUCCESS, body=dumpb({"offsetTable": self.store.meta.offset_table()}))
 
     def get_all_delay_offset(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
+        """The delay service's table (4.9.8: ScheduleMessageService.encode()). On a slave that is the
+        table it started with: SlaveSynchronize stores the master's for the next start, as Java
+        writes delayOffset.json, and leaves the running table alone."""
         return req.response(
-            ResponseCode.SUCCESS, body=dumpb({"offsetTable": self.store.meta.delay_offsets()})
+            ResponseCode.SUCCESS, body=dumpb({"offsetTable": dict(self.broker.schedule.offsets)})
         )
 
     def query_topic_consume_by_who(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:

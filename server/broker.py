@@ -108,6 +108,7 @@ class BrokerController:
             idle_timeout=config.serverChannelMaxIdleTimeSeconds if idle_timeout is None else idle_timeout,
             name="broker",
         )
+        self.vip_server: RemotingServer | None = None
         self.scan_interval = scan_interval
         self._namesrv_clients: dict[str, RemotingClient] = {}
         self._register_now = asyncio.Event()
@@ -151,6 +152,8 @@ class BrokerController:
 
     async def start(self) -> None:
         await self.server.start()
+        if self.config.listenPort != 0:
+            await self._start_vip_channel(self.config.listenPort - 2)
         if self.config.listenPort == 0:  # ephemeral port (tests): advertise the real one
             self.config.listenPort = self.server.port
             self.store.config.store_port = self.server.port
@@ -195,12 +198,32 @@ class BrokerController:
             await self.ha_client.stop()
         if self.ha_service is not None:
             await self.ha_service.stop()
+        if self.vip_server is not None:
+            await self.vip_server.stop()
         await self.server.stop()
         self.store.shutdown()
 
     @property
     def port(self) -> int:
         return self.server.port
+
+    async def _start_vip_channel(self, port: int) -> None:
+        """Java's second listener (fastRemotingServer, listenPort - 2) with every request but pulls: a
+        Java slave asks its master's for GET_ALL_TOPIC_CONFIG, and clients with vipChannelEnabled
+        send there. A port already taken is logged and the broker runs without it."""
+        if port <= 0:
+            return
+        vip = RemotingServer(
+            self.server.host, port, (), idle_timeout=self.server.idle_timeout, name="broker-vip"
+        )
+        pulls = {int(c) for c in PullMessageProcessor.codes}
+        vip.table.update({c: p for c, p in self.server.table.items() if c not in pulls})
+        try:
+            await vip.start()
+        except OSError as exc:
+            log.warning("VIP channel port %d not opened: %s", port, exc)
+            return
+        self.vip_server = vip
 
     # -- clients --
     def watch_channel(self, channel: Channel) -> None:

@@ -97,6 +97,7 @@ async def test_slave_copies_master_metadata(tmp_path: Path) -> None:
             await commit(c, "SyncG", "SyncT", 0, 5)
             await commit(c, "SyncG", "SyncT", 2, 7)
             master.store.meta.set_delay_offset(3, 11)
+            master.broker.schedule.offsets[3] = 11  # (as the delay service records a delivery)
 
             slave = slave_of(tmp_path / "s", ns.addr)
             heard: list[str] = []
@@ -108,7 +109,8 @@ async def test_slave_copies_master_metadata(tmp_path: Path) -> None:
             async with slave:
                 m_addr = master.config.broker_addr
                 assert slave.broker.master_addr == m_addr
-                assert slave.broker.master_ha_addr == f"127.0.0.1:{master.broker.port + 1}"
+                assert master.broker.ha_service is not None
+                assert slave.broker.master_ha_addr == f"127.0.0.1:{master.broker.ha_service.port}"
                 assert heard and set(heard) == {slave.broker.master_ha_addr}
                 await next_round(slave)
                 b = slave.broker
@@ -124,6 +126,14 @@ async def test_slave_copies_master_metadata(tmp_path: Path) -> None:
                 assert dict(b.store.meta.items(CONSUMER_OFFSETS))["SyncT@SyncG"] == {"0": 5, "2": 7}
                 assert b.store.meta.delay_offsets() == {3: 11}
                 assert dict(b.store.meta.items(DELAY_OFFSETS)) == {"3": 11}
+                # stored for the next start; GET_ALL_DELAY_OFFSET answers the delay service's own
+                # table, here the empty one it started with (4.9.8 alike: its file is written)
+                sc = await slave.client()
+                answer = await sc.invoke(RemotingCommand.request(R.GET_ALL_DELAY_OFFSET))
+                assert answer.code == 0 and answer.body == b'{"offsetTable":{}}'
+                answer = await c.invoke(RemotingCommand.request(R.GET_ALL_DELAY_OFFSET))
+                assert answer.body == b'{"offsetTable":{3:11}}'
+                await sc.aclose()
 
                 # changes on the master reach the slave by the next round
                 await create_topic(c, "SyncT2", 2)
