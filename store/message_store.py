@@ -380,6 +380,8 @@ class DefaultMessageStore:
             ts = msg.store_timestamp
             entry = _dispatch_entry(msg, pos, total, self._tags_code(msg.topic, msg.properties, ts), ts)
             self._dispatch_entries((entry,), pos + total)
+            if not msg.sys_flag & _TX_NOT_COUNTED:  # (a slave's replicated records count as puts)
+                self.topic_queue_table[(msg.topic, msg.queue_id)] = msg.queue_offset + 1
             self._last_store_ts = msg.store_timestamp
             pos += total
 

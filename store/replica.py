@@ -93,7 +93,6 @@ class CommitLogAppender:
             complete = _complete_records_end(store, self.reput_from, end)
             if complete > self.reput_from:
                 store.reput(self.reput_from, complete)
-                _count_queue_offsets(store, self.reput_from, complete)
                 self.reput_from = complete
         if end > store._warm_wake_at:
             store._wake_warmer()
@@ -124,12 +123,3 @@ def _complete_records_end(store: DefaultMessageStore, pos: int, end: int) -> int
         else:
             pos += total
     return pos
-
-
-def _count_queue_offsets(store: DefaultMessageStore, start: int, end: int) -> None:
-    """Each ConsumeQueue the dispatched records reached: its next queue offset into the store's
-    topic queue table (what put statistics read)."""
-    table = store.topic_queue_table
-    for key, cq in store.consume_queues.items():
-        if start < cq.max_physic_offset <= end:
-            table[key] = cq.get_max_offset_in_queue()
