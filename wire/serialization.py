@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import operator
 import struct
 from collections.abc import Callable
 
@@ -155,21 +156,13 @@ def decode_rocketmq_header(data: bytes | bytearray | memoryview) -> RemotingComm
             raise HeaderError(f"ROCKETMQ header extFields length {length} exceeds the header ({end} bytes)")
         ext = None
         if length:
-            ext = {}
             stop = pos + length
-            while pos < stop:
-                (klen,) = _unpack_key_len(data, pos)
-                pos += _KEY_LEN_SIZE
-                key_end = pos + klen
-                if klen < 0 or key_end > stop:
-                    raise HeaderError(f"ROCKETMQ header extFields key length {klen} overruns the map")
-                (vlen,) = _unpack_value_len(data, key_end)
-                value_start = key_end + _VALUE_LEN_SIZE
-                value_end = value_start + vlen
-                if vlen < 0 or value_end > stop:
-                    raise HeaderError(f"ROCKETMQ header extFields value length {vlen} overruns the map")
-                ext[data[pos:key_end].decode()] = data[value_start:value_end].decode()
-                pos = value_end
+            layout = _ext_layouts.get(length)
+            if layout is not None:
+                ext = layout.decode(data[pos:stop])
+            if ext is None:
+                ext = _decode_ext_fields(data, pos, stop)
+            pos = stop
         if pos != end:
             raise HeaderError(f"ROCKETMQ header has {end - pos} trailing bytes")
     except UnicodeDecodeError as exc:
@@ -189,6 +182,85 @@ def decode_rocketmq_header(data: bytes | bytearray | memoryview) -> RemotingComm
     cmd.body = None
     cmd.serialize_type = _ROCKETMQ
     return cmd
+
+
+def _decode_ext_fields(data: bytes, pos: int, stop: int) -> dict[str, str]:
+    """The extFields map entry by entry; a map whose layout (key and value lengths) came twice in a
+    row for its byte length gets an ``_ExtLayout`` that decodes the next ones in a few calls."""
+    ext = {}
+    lengths: list[int] = []
+    start = pos
+    while pos < stop:
+        (klen,) = _unpack_key_len(data, pos)
+        pos += _KEY_LEN_SIZE
+        key_end = pos + klen
+        if klen < 0 or key_end > stop:
+            raise HeaderError(f"ROCKETMQ header extFields key length {klen} overruns the map")
+        (vlen,) = _unpack_value_len(data, key_end)
+        value_start = key_end + _VALUE_LEN_SIZE
+        value_end = value_start + vlen
+        if vlen < 0 or value_end > stop:
+            raise HeaderError(f"ROCKETMQ header extFields value length {vlen} overruns the map")
+        ext[data[pos:key_end].decode()] = data[value_start:value_end].decode()
+        lengths += (klen, vlen)
+        pos = value_end
+    if pos == stop and len(ext) * 2 == len(lengths) > 2:  # no key twice; itemgetters of 2+ slices
+        seen = tuple(lengths)
+        size = stop - start
+        if _ext_candidates.get(size) == seen:
+            if len(_ext_layouts) >= _MAX_EXT_LAYOUTS:
+                _ext_layouts.clear()
+            _ext_layouts[size] = _ExtLayout(data[start:stop], seen, ext)
+        else:
+            if len(_ext_candidates) >= _MAX_EXT_LAYOUTS:
+                _ext_candidates.clear()
+            _ext_candidates[size] = seen
+    return ext
+
+
+class _ExtLayout:
+    """One extFields layout: its keys in order and the byte length of every value. Producers send the
+    same keys in the same order, and mostly values of the same lengths, request after request. In
+    such a map everything but the values is the same bytes (each entry's key length, key and value
+    length), so one ``itemgetter`` call compares all of it and another takes all the values."""
+
+    __slots__ = ("fixed", "fixed_parts", "keys", "values")
+
+    def __init__(self, region: bytes, lengths: tuple[int, ...], ext: dict[str, str]) -> None:
+        fixed: list[slice] = []
+        values: list[slice] = []
+        pos = 0
+        for klen, vlen in zip(lengths[0::2], lengths[1::2], strict=True):
+            value_start = pos + _KEY_LEN_SIZE + klen + _VALUE_LEN_SIZE
+            fixed.append(slice(pos, value_start))
+            values.append(slice(value_start, value_start + vlen))
+            pos = value_start + vlen
+        self.fixed = operator.itemgetter(*fixed)
+        self.fixed_parts = self.fixed(region)
+        self.values = operator.itemgetter(*values)
+        self.keys = tuple(ext)
+
+    def decode(self, region: bytes) -> dict[str, str] | None:
+        """The map in ``region`` if it has this layout (None otherwise, or where the values hold a NUL
+        or bad UTF-8: the entry-by-entry decoder takes those)."""
+        if self.fixed(region) != self.fixed_parts:
+            return None
+        if region.isascii():  # a byte per character: the same slices of the text are the values
+            return dict(zip(self.keys, self.values(region.decode("ascii")), strict=True))
+        values = self.values(region)
+        joined = b"\0".join(values)
+        if joined.count(0) != len(values) - 1:
+            return None
+        try:
+            return dict(zip(self.keys, joined.decode().split("\0"), strict=True))
+        except UnicodeDecodeError:
+            return None
+
+
+_MAX_EXT_LAYOUTS = 64
+#: extFields layouts by the map's byte length: the last layout seen twice in a row at that length
+_ext_layouts: dict[int, _ExtLayout] = {}
+_ext_candidates: dict[int, tuple[int, ...]] = {}  # by the map's byte length: the last layout seen
 
 
 def encode_rocketmq_header(cmd: RemotingCommand) -> bytes:

@@ -1,14 +1,19 @@
-"""JSON header decoding: the scanner fast path and the full decoder agree; errors stay HeaderError."""
+"""Header decoding: the JSON scanner fast path and the full decoder agree; a ROCKETMQ extFields
+layout seen again decodes like the construct declaration; errors stay HeaderError."""
 
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from rmqgate.wire import FrameDecoder, RemotingCommand, encode_frame
 from rmqgate.wire.codes import LanguageCode, SerializeType
 from rmqgate.wire.errors import HeaderError
+from rmqgate.wire.frame import encode_header
 from rmqgate.wire.headers import SendMessageRequestHeader
-from rmqgate.wire.serialization import decode_json_header
+from rmqgate.wire.layout import RocketMQHeader
+from rmqgate.wire.serialization import decode_json_header, decode_rocketmq_header
 
 HEADER = b'{"code":310,"extFields":{"b":"T","e":"3"},"flag":0,"language":"CPP","opaque":7,"version":409}'
 
@@ -65,3 +70,53 @@ def test_a_lone_surrogate_a_json_request_carried_in_is_written_as_java_writes_it
     )  # fmt: skip
     (decoded,) = FrameDecoder().feed(encode_frame(answer))
     assert decoded.remark == "topic a?b bad" and decoded.ext_fields == {"topic": "a?b"}
+
+
+def _declared_ext(header: bytes) -> dict[str, str] | None:
+    """extFields as the construct declaration parses them (the reference the decoder must match)."""
+    entries = RocketMQHeader.parse(header).ext_fields
+    return {e.key: e.value for e in entries} or None
+
+
+def _rocketmq_header(ext: dict[str, str], opaque: int = 1) -> bytes:
+    return encode_header(
+        RemotingCommand.request(310, ext, opaque=opaque, serialize_type=SerializeType.ROCKETMQ)
+    )
+
+
+@given(
+    st.dictionaries(st.text(max_size=6), st.text(max_size=12), max_size=8),
+    st.data(),
+)
+def test_a_repeated_ext_layout_decodes_like_the_declaration(ext: dict[str, str], data: st.DataObject) -> None:
+    header = _rocketmq_header(ext)
+    for _ in range(3):  # the third decode takes the layout seen twice
+        assert decode_rocketmq_header(header).ext_fields == _declared_ext(header) == (ext or None)
+    # the same layout (keys, each value's byte length) with other values, NULs and non-ASCII included
+    other = {
+        key: data.draw(st.text(alphabet="aZ\x00\x01é", min_size=n, max_size=n))
+        for key, n in ((k, len(v.encode())) for k, v in ext.items())
+    }
+    other = {k: v for k, v in other.items() if len(v.encode()) == len(ext[k].encode())}
+    if len(other) == len(ext):
+        again = _rocketmq_header(other, opaque=2)
+        cmd = decode_rocketmq_header(again)
+        assert cmd.ext_fields == _declared_ext(again) == (other or None) and cmd.opaque == 2
+
+
+def test_a_known_layout_with_bad_utf8_or_other_keys_is_decoded_entry_by_entry() -> None:
+    ext = {"a": "group", "b": "TopicTest", "i": "UNIQ_KEY\x01" + "7F" * 16, "n": "broker-a"}
+    header = _rocketmq_header(ext)
+    for _ in range(3):
+        assert decode_rocketmq_header(header).ext_fields == ext
+    # same lengths, other keys
+    renamed = _rocketmq_header({"x" if k == "a" else k: v for k, v in ext.items()})
+    assert decode_rocketmq_header(renamed).ext_fields == {"x" if k == "a" else k: v for k, v in ext.items()}
+    # same lengths, a value that is not UTF-8
+    bad = header.replace(b"TopicTest", b"Topic\xffTst")
+    with pytest.raises(HeaderError, match="not valid UTF-8"):
+        decode_rocketmq_header(bad)
+    # same lengths, a value holding NUL
+    nul = {**ext, "b": "Topic\x00Tst"}
+    assert decode_rocketmq_header(_rocketmq_header(nul)).ext_fields == nul
+    assert decode_rocketmq_header(header).ext_fields == ext
