@@ -1,0 +1,190 @@
+"""A slave's metadata sync across implementations: a stock Java 4.9.8 slave of an rmqgate master, and
+an rmqgate slave of a Java 4.9.8 master. Each slave learns its master from the name server's
+REGISTER_BROKER answer and copies its topics, subscription groups, consumer offsets and delay
+offsets (SlaveSynchronize: 3 s after start, then every 10 s); what the slave then answers to the
+GET_ALL_* requests for topics, groups and consumer offsets, and to QUERY_CONSUMER_OFFSET, must be the
+master's, data versions included. Delay offsets are stored for the slave's next start (Java writes
+delayOffset.json; its GET_ALL_DELAY_OFFSET answers the table its delay service started with), so
+the stored copy is compared.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rmqgate.compat_tests import java
+from rmqgate.compat_tests.servers import BROKER_CONF, ServerProcess, log_tail
+from rmqgate.compat_tests.wire_client import WireClient, loads, wait_until
+from rmqgate.store.meta import LmdbMetaStore
+from rmqgate.wire.bodies import SubscriptionGroupConfig
+from rmqgate.wire.codes import RequestCode, ResponseCode
+
+pytestmark = [pytest.mark.slow, pytest.mark.java]
+
+CLUSTER = "CompatCluster"
+NAME = "sync-broker-a"
+TOPIC, GROUP = "SlaveSyncT", "SlaveSyncG"
+#: a Java master persists its delay offsets each second (4.9.8: every 10 s), so a test sees them soon
+JAVA_MASTER_CONF = java.JAVA_BROKER_CONF + "flushDelayOffsetInterval=1000\n"
+
+
+def get_all(addr: str, code: int) -> dict[str, Any] | None:
+    with WireClient(addr, timeout=5) as c:
+        resp = c.invoke(code)
+    return loads(resp.body) if resp.code == ResponseCode.SUCCESS and resp.body else None
+
+
+def query_offset(addr: str, queue_id: int) -> int | None:
+    with WireClient(addr, timeout=5) as c:
+        resp = c.invoke(
+            RequestCode.QUERY_CONSUMER_OFFSET, {"consumerGroup": GROUP, "topic": TOPIC, "queueId": queue_id}
+        )
+    return int(resp.ext_fields["offset"]) if resp.code == ResponseCode.SUCCESS else None
+
+
+def seed(master: str) -> None:
+    """A topic, a subscription group, two committed offsets and a delivered delay-level-1 message."""
+    with WireClient(master) as c:
+        assert c.create_topic(TOPIC, 4).code == ResponseCode.SUCCESS
+        body = SubscriptionGroupConfig(group_name=GROUP, retry_max_times=3).to_json()
+        assert (
+            c.invoke(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {}, body).code == ResponseCode.SUCCESS
+        )
+        for queue_id, offset in ((0, 5), (2, 7)):
+            ext = {"consumerGroup": GROUP, "topic": TOPIC, "queueId": queue_id, "commitOffset": offset}
+            assert c.invoke(RequestCode.UPDATE_CONSUMER_OFFSET, ext).code == ResponseCode.SUCCESS
+        assert c.send_message(TOPIC, b"later", properties={"DELAY": "1"}).code == ResponseCode.SUCCESS
+
+    def delivered() -> bool:
+        table = (get_all(master, RequestCode.GET_ALL_DELAY_OFFSET) or {}).get("offsetTable") or {}
+        return table.get("1", 0) >= 1
+
+    assert wait_until(delivered, timeout=30, interval=0.5), "the master never delivered the delayed message"
+
+
+def mismatches(master: str, slave: str, stored_delay: Callable[[], dict[int, int]]) -> list[str]:
+    """What the slave does not yet answer as the master does (empty: synced)."""
+    out = []
+    for code, table in (
+        (RequestCode.GET_ALL_TOPIC_CONFIG, "topicConfigTable"),
+        (RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, "subscriptionGroupTable"),
+    ):
+        m, s = get_all(master, code), get_all(slave, code)
+        if m is None or s is None:
+            out.append(f"{code}: no answer")
+            continue
+        if m["dataVersion"] != s["dataVersion"]:
+            out.append(f"{code}: data version {s['dataVersion']} != the master's {m['dataVersion']}")
+        name = TOPIC if table == "topicConfigTable" else GROUP
+        if s[table].get(name) != m[table].get(name):
+            out.append(f"{code}: {name} is {s[table].get(name)}, the master's {m[table].get(name)}")
+    key = f"{TOPIC}@{GROUP}"
+    m, s = (
+        get_all(master, RequestCode.GET_ALL_CONSUMER_OFFSET),
+        get_all(slave, RequestCode.GET_ALL_CONSUMER_OFFSET),
+    )
+    mine, theirs = (
+        ((s or {}).get("offsetTable") or {}).get(key),
+        ((m or {}).get("offsetTable") or {}).get(key),
+    )
+    if mine is None or mine != theirs:
+        out.append(f"consumer offsets: {key} is {mine}, the master's {theirs}")
+    m = get_all(master, RequestCode.GET_ALL_DELAY_OFFSET)
+    theirs = {int(k): v for k, v in ((m or {}).get("offsetTable") or {}).items()}
+    if stored_delay() != theirs:
+        out.append(f"stored delay offsets: {stored_delay()}, the master's {theirs}")
+    if query_offset(slave, 0) != 5 or query_offset(slave, 2) != 7:
+        out.append(f"QUERY_CONSUMER_OFFSET on the slave: {query_offset(slave, 0)}, {query_offset(slave, 2)}")
+    return out
+
+
+def java_stored_delay(store: Path) -> Callable[[], dict[int, int]]:
+    def read() -> dict[int, int]:
+        path = store / "config" / "delayOffset.json"
+        text = path.read_text("utf-8") if path.is_file() else ""
+        return {int(k): v for k, v in (loads(text).get("offsetTable") or {}).items()} if text.strip() else {}
+
+    return read
+
+
+def rmqgate_stored_delay(store: Path) -> Callable[[], dict[int, int]]:
+    def read() -> dict[int, int]:
+        meta = LmdbMetaStore(store / "meta")  # (LMDB: another process may read while the broker writes)
+        try:
+            return meta.delay_offsets()
+        finally:
+            meta.close()
+
+    return read
+
+
+def assert_synced(
+    master: str, slave: str, stored_delay: Callable[[], dict[int, int]], logs: list[Path]
+) -> None:
+    last: list[list[str]] = [[]]
+
+    def synced() -> bool:
+        last[0] = mismatches(master, slave, stored_delay)
+        return not last[0]
+
+    tails = "\n".join(f"--- {p}\n{log_tail(p, 30)}" for p in logs)
+    assert wait_until(synced, timeout=45, interval=0.5), f"slave not synced: {last[0]}\n{tails}"
+
+
+@pytest.fixture
+def jdk() -> None:
+    reason = java.missing()
+    if reason:
+        pytest.fail(reason)  # the java mark selects this module: a missing JDK is a failure, not a pass
+
+
+def test_java_slave_of_rmqgate_master(jdk: None, tmp_path: Path) -> None:
+    (tmp_path / "gate").mkdir()
+    gate = ServerProcess(tmp_path / "gate", conf=BROKER_CONF.replace("compat-broker-a", NAME))
+    slave: java.JavaBroker | None = None
+    try:
+        gate.wait_ready()
+        seed(gate.broker)
+        slave = java.JavaBroker(
+            tmp_path / "java-slave",
+            gate.namesrv,
+            cluster=CLUSTER,
+            name=NAME,
+            extra_conf=java.JAVA_BROKER_CONF + "brokerId=1\nbrokerRole=SLAVE\n",
+        )
+        slave.wait_ready()
+        stored = java_stored_delay(tmp_path / "java-slave" / "store")
+        assert_synced(gate.broker, slave.addr, stored, [gate.log_path, slave.log_path])
+    finally:
+        if slave is not None:
+            slave.stop()
+        gate.stop()
+
+
+def test_rmqgate_slave_of_java_master(jdk: None, tmp_path: Path) -> None:
+    ns = java.JavaNameServer(tmp_path / "namesrv")
+    master: java.JavaBroker | None = None
+    slave: ServerProcess | None = None
+    try:
+        ns.wait_ready()
+        master = java.JavaBroker(
+            tmp_path / "java-master", ns.addr, cluster=CLUSTER, name=NAME, extra_conf=JAVA_MASTER_CONF
+        )
+        master.wait_ready()
+        seed(master.addr)
+        conf = BROKER_CONF.replace("compat-broker-a", NAME).replace("brokerId = 0", "brokerId = 1")
+        (tmp_path / "gate-slave").mkdir()
+        slave = ServerProcess(
+            tmp_path / "gate-slave", role="broker", namesrv_addr=ns.addr, conf=conf + "brokerRole = SLAVE\n"
+        )
+        slave.wait_ready()
+        stored = rmqgate_stored_delay(slave.store)
+        assert_synced(master.addr, slave.broker, stored, [master.log_path, slave.log_path])
+    finally:
+        for server in (slave, master, ns):
+            if server is not None:
+                server.stop()
