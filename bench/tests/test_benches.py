@@ -23,6 +23,11 @@ CASES = [
     ),
     ("codec.py", [], ["target: codec at most"]),
     (
+        "ha.py",
+        ["--seconds", "0.5", "--rounds", "1", "--connections", "2"],
+        ["HA bench:", "SYNC_MASTER + slave", "relative to the lone master"],
+    ),
+    (
         "filter_pull.py",
         ["2000", "--repeat", "1"],
         ["SQL92 a BETWEEN 3 AND 7", "time / tag-filter time per round"],
