@@ -108,13 +108,19 @@ def process_tree(root: int) -> list[int]:
     return tree
 
 
-def cpu_seconds(roots: list[int]) -> float:
-    """utime + stime of every process in the trees under ``roots``."""
-    total = 0
+def cpu_times(roots: list[int]) -> tuple[float, float]:
+    """(utime, stime) in seconds of every process in the trees under ``roots``."""
+    user = system = 0
     for pid in (p for root in roots for p in process_tree(root)):
         try:
             fields = _stat(pid)
         except OSError:
             continue
-        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15)
-    return total / CLK_TCK
+        user += int(fields[11])  # utime, stime (fields 14 and 15)
+        system += int(fields[12])
+    return user / CLK_TCK, system / CLK_TCK
+
+
+def cpu_seconds(roots: list[int]) -> float:
+    """utime + stime of every process in the trees under ``roots``."""
+    return sum(cpu_times(roots))

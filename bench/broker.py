@@ -29,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _timing import busy_neighbour_speed, cpu_seconds
+from _timing import busy_neighbour_speed, cpu_times
 
 from rmqgate.wire import FrameDecoder, RemotingCommand, encode_frame
 from rmqgate.wire.codes import RequestCode, SerializeType
@@ -216,18 +216,20 @@ def cpu_per_message(args: argparse.Namespace) -> None:
                         srv.port, args.connections, args.connections * 20, args.size, serialize_type
                     )
                 )
-                cpu0, t0 = cpu_seconds([srv.proc.pid]), time.perf_counter()
+                cpu0, t0 = cpu_times([srv.proc.pid]), time.perf_counter()
                 sent = asyncio.run(
                     counted_sends(srv.port, args.connections, args.cpu, args.size, serialize_type)
                 )
-                cpu1, t1 = cpu_seconds([srv.proc.pid]), time.perf_counter()
+                cpu1, t1 = cpu_times([srv.proc.pid]), time.perf_counter()
             finally:
                 srv.stop()
-        us = (cpu1 - cpu0) / sent * 1e6
+        user, system = cpu1[0] - cpu0[0], cpu1[1] - cpu0[1]
+        us = (user + system) / sent * 1e6
         if profile is None:
             figures.append(us)
         print(f"round {n + 1}: {sent} sends in {t1 - t0:.2f} s ({sent / (t1 - t0):.0f}/s), server CPU "
-              f"{cpu1 - cpu0:.2f} s = {us:.1f} us/message{' (under cProfile)' if profile else ''}", flush=True)  # fmt: skip
+              f"{user + system:.2f} s = {us:.1f} us/message (user {user / sent * 1e6:.1f}, system {system / sent * 1e6:.1f})"
+              f"{' (under cProfile)' if profile else ''}", flush=True)  # fmt: skip
     if figures:
         print(f"\nserver CPU per sync {args.size} B SEND_MESSAGE_V2 ({args.serialize} header, {args.connections} "
               f"connections): min {min(figures):.1f} us, median {statistics.median(figures):.1f} us over "
