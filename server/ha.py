@@ -81,8 +81,12 @@ class HAConnection:
             for task in (read, write):
                 task.cancel()
             for task in (read, write):
-                with contextlib.suppress(asyncio.CancelledError, OSError, ConnectionError):
+                try:
                     await task
+                except (asyncio.CancelledError, OSError, ConnectionError):
+                    pass
+                except Exception:  # a bug must not outlive the connection
+                    log.exception("HA connection of slave[%s] failed", self.client_addr)
             self.writer.close()
             with contextlib.suppress(OSError, ConnectionError):
                 await self.writer.wait_closed()
@@ -354,15 +358,21 @@ class HAClient:
                 continue
             self.connects += 1
             self.connected = True
+            failed = False
             try:
                 await self._session(reader, writer)
             except (OSError, ConnectionError) as exc:
                 log.warning("HAClient, connection to master %s lost: %s", addr, exc)
+            except Exception:  # (a bug: the client keeps going, from a new connection)
+                log.exception("HAClient, connection to master %s failed", addr)
+                failed = True
             finally:
                 self.connected = False
                 writer.close()
                 with contextlib.suppress(OSError, ConnectionError):
                     await writer.wait_closed()
+            if failed:
+                await self._sleep(RECONNECT_INTERVAL)
 
     async def _sleep(self, seconds: float) -> None:
         with contextlib.suppress(TimeoutError):

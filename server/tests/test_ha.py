@@ -320,3 +320,28 @@ async def test_the_master_sends_heartbeats_and_drops_a_silent_slave(tmp_path: Pa
             pass
         await wait_for(lambda: not master.broker.ha_service.connections)
         writer.close()
+
+
+@async_test
+async def test_bad_reports_close_only_that_connection(tmp_path: Path) -> None:
+    """A report past the master's CommitLog end closes that slave's connection (ReadSocketService);
+    a torn report changes nothing else, and the master goes on serving."""
+    async with LocalBroker(str(tmp_path / "m"), **master_conf()) as master:
+        port = master.broker.ha_service.port
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(SLAVE_REPORT.pack(0))
+        await writer.drain()
+        (conn,) = await wait_for(lambda: master.broker.ha_service.connections)
+        await wait_for(lambda: conn.slave_request_offset == 0)
+        writer.write(SLAVE_REPORT.pack(1 << 62))
+        await writer.drain()
+        while await reader.read(65536):
+            pass
+        writer.close()
+        _, torn = await asyncio.open_connection("127.0.0.1", port)
+        torn.write(b"\x00\x01\x02")
+        torn.close()
+        await wait_for(lambda: not master.broker.ha_service.connections)
+        await send_many(master, "OK", 1, 10, queues=1)
+        async with LocalBroker(str(tmp_path / "s"), **slave_conf(master)) as slave:
+            await caught_up(master, slave)
