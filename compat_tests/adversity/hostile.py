@@ -377,12 +377,26 @@ async def run_batch(addr: tuple[str, int], batch: Batch, tally: Tally, read_time
 
 
 async def send_all(
-    addrs: dict[str, tuple[str, int]], batches: Iterator[Batch], connections: int, read_timeout: float
+    addrs: dict[str, tuple[str, int]],
+    batches: Iterator[Batch],
+    connections: int,
+    read_timeout: float,
+    rate: float = 0.0,
 ) -> Tally:
+    """Every batch on a connection of its own, ``connections`` at a time; ``rate``: frames/s (0: flat out)."""
     tally = Tally()
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+    scheduled = 0
 
     async def worker() -> None:
+        nonlocal scheduled
         for batch in batches:  # a shared iterator: each batch is taken by one worker
+            if rate:
+                at = began + scheduled / rate
+                scheduled += batch.frames
+                if at > loop.time():
+                    await asyncio.sleep(at - loop.time())
             await run_batch(addrs[batch.role], batch, tally, read_timeout)
 
     await asyncio.gather(*(worker() for _ in range(connections)))
@@ -402,6 +416,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--connections", type=int, default=48)
     ap.add_argument("--read-timeout", type=float, default=30.0)
+    ap.add_argument("--rate", type=float, default=0.0, help="frames/s this process sends (0: flat out)")
     ap.add_argument("--chunk", type=int, default=50_000, help="frames built in bulk before each send round")
     args = ap.parse_args(argv)
     addrs = {"namesrv": _addr(args.namesrv), "broker": _addr(args.broker)}
@@ -414,7 +429,7 @@ def main(argv: list[str] | None = None) -> int:
         batches = list(build_batches(seed, n))
         build_s += time.monotonic() - began
         began = time.monotonic()
-        tally = asyncio.run(send_all(addrs, iter(batches), args.connections, args.read_timeout))
+        tally = asyncio.run(send_all(addrs, iter(batches), args.connections, args.read_timeout, args.rate))
         send_s += time.monotonic() - began
         for f in dataclasses.fields(Tally):
             a, b = getattr(total, f.name), getattr(tally, f.name)

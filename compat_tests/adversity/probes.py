@@ -25,6 +25,15 @@ def log_problems(path: Path | None) -> tuple[int, int]:
     return text.count(b"Traceback"), len(_ERROR_LINE.findall(text))
 
 
+def log_excerpt(path: Path | None, lines: int = 60) -> str:
+    """The server log from its first traceback or ERROR line on (what a failing check shows)."""
+    if path is None or not path.exists():
+        return "(no log)"
+    text = path.read_text(errors="replace").splitlines()
+    first = next((i for i, x in enumerate(text) if "Traceback" in x or _ERROR_LINE.match(x.encode())), 0)
+    return "\n".join(text[max(0, first - 3) : first + lines])
+
+
 def rss_kib(pid: int) -> int:
     """Resident set size of a process, KiB (VmRSS of /proc/PID/status)."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():

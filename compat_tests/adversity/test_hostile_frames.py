@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from rmqgate.compat_tests.adversity.probes import log_problems, sends_per_second, steady_load
+from rmqgate.compat_tests.adversity.probes import log_excerpt, log_problems, sends_per_second, steady_load
 from rmqgate.compat_tests.servers import ServerProcess
 from rmqgate.compat_tests.wire_client import WireClient, create_routed_topic
 from rmqgate.wire.codes import RequestCode
@@ -26,11 +26,15 @@ from rmqgate.wire.codes import RequestCode
 pytestmark = [pytest.mark.slow, pytest.mark.java, pytest.mark.timeout(3600)]
 
 FRAMES = int(os.environ.get("ADVERSITY_FRAMES", "1000000"))
+#: Hostile frames/s of all senders together (0: flat out). Flat out saturates the broker's one event loop
+#: on two shared cores, and the Java producer's synchronous sends then wait behind the whole hostile
+#: mix (admin writes among it commit to LMDB in 1-3 ms each): the rate keeps headroom to measure with.
+RATE = float(os.environ.get("ADVERSITY_RATE", "2000"))
 SENDERS = 2
 QUIET_S = 15.0
 #: The Java producer's rate under hostile load, as a share of its quiet rate, below which it counts as
 #: starved. Both share two cores with the senders, so some drop is the CPU's, not unfairness.
-STARVED = 0.1
+STARVED = 0.25
 
 
 def answers(addr: str) -> bool:
@@ -40,16 +44,8 @@ def answers(addr: str) -> bool:
 
 
 def start_sender(server: ServerProcess, frames: int, seed: int) -> subprocess.Popen[str]:
-    args = [
-        "--namesrv",
-        server.namesrv,
-        "--broker",
-        server.broker,
-        "--frames",
-        str(frames),
-        "--seed",
-        str(seed),
-    ]
+    args = ["--namesrv", server.namesrv, "--broker", server.broker, "--seed", str(seed)]
+    args += ["--frames", str(frames), "--rate", str(RATE / SENDERS)]
     return subprocess.Popen(
         [sys.executable, "-m", "rmqgate.compat_tests.adversity.hostile", *args, "--connections", "32"],
         stdout=subprocess.PIPE,
@@ -91,7 +87,8 @@ def test_hostile_frames_beside_java_clients(tmp_path: Path, steady_classes: Path
     elapsed = hostile[1] - hostile[0]
     report(
         "hostile_frames",
-        f"Hostile frames: {sums['frames']} frames, {SENDERS} sender processes x 32 connections (shared 2-core box)",
+        f"Hostile frames: {sums['frames']} frames at {RATE:.0f}/s asked, {SENDERS} senders x 32 connections "
+        "(shared 2-core box)",
         ["figure", "value"],
         [
             ["frames sent", sums["frames"]],
@@ -110,7 +107,7 @@ def test_hostile_frames_beside_java_clients(tmp_path: Path, steady_classes: Path
         ],
     )
     assert alive_after, "the server stopped answering after the hostile load"
-    assert log_problems(server.log_path) == (0, 0), "tracebacks or ERROR lines in the server log"
+    assert log_problems(server.log_path) == (0, 0), log_excerpt(server.log_path)
     assert not hangs, hangs[:5]
     assert not unexpected, unexpected[:5]
     assert connect_errors == 0
