@@ -12,6 +12,7 @@ rocketmq 0.4.4 from its own target dir (same import name, older C++ core). The l
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 import threading
 import time
@@ -88,6 +89,42 @@ def produce(rocketmq: Any, args: dict[str, Any]) -> dict[str, Any]:
     return {"results": results, "errors": errors}
 
 
+def produce_until(rocketmq: Any, args: dict[str, Any]) -> dict[str, Any]:
+    """Sync sends of "<body_prefix>-N" to queue N % ``queues`` until the file ``stop`` exists, each
+    SEND_OK appended to the file ``out`` as a JSON line at once (the broker may be killed under the
+    client at any moment); a failed send is counted and the next one has a new body. Sent orderly
+    with no retry: the core's own retry of a send the broker had stored (its answer lost in a kill)
+    would store a second copy of one body."""
+    producer = rocketmq.Producer(args["group"], timeout=args.get("timeout_ms", 3000))
+    producer.set_namesrv_addr(args["namesrv"])
+    producer.start()
+    ok = failed = 0
+    i = 0
+    with open(args["out"], "a") as out:
+        while not os.path.exists(args["stop"]):
+            body = f"{args['body_prefix']}-{i}"
+            i += 1
+            msg = rocketmq.Message(args["topic"])
+            msg.set_keys(body)
+            msg.set_body(body)
+            queue = (i - 1) % args.get("queues", 4)
+            try:
+                r = producer.send_orderly(msg, queue, retry_times=0)
+            except Exception:  # the broker is down: try the next message a little later
+                failed += 1
+                time.sleep(0.05)
+                continue
+            if int(r.status) != 0:
+                failed += 1
+                continue
+            out.write(
+                json.dumps({"msg_id": r.msg_id, "queue": queue, "offset": r.offset, "body": body}) + "\n"
+            )
+            out.flush()
+            ok += 1
+    return {"ok": ok, "failed": failed}
+
+
 def _received(msg: Any) -> dict[str, Any]:
     return {
         "topic": text(msg.topic),
@@ -147,7 +184,12 @@ def pull_consume(rocketmq: Any, args: dict[str, Any]) -> dict[str, Any]:
     return {"received": received}
 
 
-SCENARIOS = {"produce": produce, "push_consume": push_consume, "pull_consume": pull_consume}
+SCENARIOS = {
+    "produce": produce,
+    "produce_until": produce_until,
+    "push_consume": push_consume,
+    "pull_consume": pull_consume,
+}
 
 
 if __name__ == "__main__":
