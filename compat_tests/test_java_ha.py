@@ -205,9 +205,14 @@ def client(classes: Path, pair: Pair, main: str, args: dict[str, Any], timeout: 
 
 
 def runtime_info(addr: str) -> dict[str, str]:
-    """GET_BROKER_RUNTIME_INFO's table (what mqadmin brokerStatus prints)."""
-    with WireClient(addr, timeout=5) as c:
-        resp = c.invoke(RequestCode.GET_BROKER_RUNTIME_INFO)
+    """GET_BROKER_RUNTIME_INFO's table (what mqadmin brokerStatus prints). A Java broker answers
+    SYSTEM_ERROR (NoSuchElementException) until StoreStatsService took its first one-second sample."""
+
+    def ask() -> Any:
+        with WireClient(addr, timeout=5) as c:
+            return c.invoke(RequestCode.GET_BROKER_RUNTIME_INFO)
+
+    resp = wait_until(lambda: (r := ask()).code == 0 and r, timeout=10, interval=0.2) or ask()
     assert resp.code == 0, f"GET_BROKER_RUNTIME_INFO on {addr}: {resp!r}"
     return loads(resp.body)["table"]
 
@@ -251,8 +256,13 @@ def create_topic_seen_by_slave(pair: Pair, master: Broker, slave: Broker, topic:
 
 
 def sent_rows(result: dict[str, Any]) -> list[list[Any]]:
-    """The producer's SEND_OK rows: [body, msgId, brokerName, queueId, queueOffset]."""
+    """The producer's SEND_OK rows: [body, msgId, brokerName, queueId, queueOffset, offsetMsgId]."""
     return result["data"]["sent"]
+
+
+def phy_offset(offset_msg_id: str) -> int:
+    """The CommitLog offset in an offsetMsgId (store host, port, then the offset: 16 hex digits)."""
+    return int(offset_msg_id[-16:], 16)
 
 
 def by_position(rows: list[list[Any]], queue_col: int) -> dict[tuple[int, int], str]:
@@ -274,12 +284,14 @@ def assert_same_commitlog(master: Broker, slave: Broker, end: int) -> None:
         raise AssertionError(f"CommitLog bytes differ first at offset {first} of the {end} replicated")
 
 
-def consume_all(classes: Path, pair: Pair, topic: str, group: str, bodies: list[str]) -> list[list[Any]]:
-    expect = pair.workdir / f"expect-{group}.json"
+def consume_all(
+    classes: Path, pair: Pair, topic: str, group: str, bodies: list[str], grace_ms: int = 2000
+) -> list[list[Any]]:
+    """What a new push consumer of ``group`` got, once it has every one of ``bodies``."""
+    expect = pair.workdir / f"expect-{group}-{len(bodies)}.json"
     expect.write_text(json.dumps(bodies))
-    result = client(
-        classes, pair, "HaConsume", {"topic": topic, "group": group, "expectFile": str(expect)}
-    ).result()
+    args = {"topic": topic, "group": group, "expectFile": str(expect), "graceMs": grace_ms}
+    result = client(classes, pair, "HaConsume", args).result()
     assert result["checks"] and result["checks"][0]["ok"], (
         f"{group} did not get every message: {result}\n{pair.log_tails()}"
     )
@@ -318,6 +330,8 @@ def test_sync_master_slave_survives_master_kill(
 
     slave_end = max_phy_offset(slave.addr)
     assert slave_end > 0, f"the slave holds nothing\n{pair.log_tails()}"
+    beyond = [r[0] for r in sent if phy_offset(r[5]) >= slave_end]
+    assert not beyond, f"SEND_OK messages the slave did not have at the kill: {beyond[:10]}"
     assert_same_commitlog(master, slave, slave_end)
     # the master wrote nothing past what the slave has: its file is zero from there on
     tail = read_range(master.commitlog(), slave_end + 4096)[slave_end:]
@@ -344,7 +358,95 @@ def test_sync_master_slave_survives_master_kill(
     again = sent_rows(after)
     assert len(again) == 20, f"the restarted master answered {len(again)} of 20 sends SEND_OK: {after}"
     before = by_position(sent, 3)
-    for _, _, _, queue_id, offset in again:
+    for _, _, _, queue_id, offset, _ in again:
         assert (queue_id, offset) not in before, f"queue {queue_id} offset {offset} was given twice"
         assert offset >= sum(1 for q, _ in before if q == queue_id)
     assert_same_commitlog(restarted, slave, max_phy_offset(slave.addr))
+
+
+def stop_file_producer(classes: Path, pair: Pair, topic: str, group: str, stop: Path) -> Background:
+    args = {"topic": topic, "group": group, "count": 1_000_000, "pauseMs": 20, "stopFile": str(stop)}
+    return client(classes, pair, "HaProduce", args, timeout=400)
+
+
+def migrate(classes: Path, pair: Pair, uniq, target: str) -> None:
+    """The README's "Migrating a live Java broker" recipe, step by step, with a Java producer and a
+    Java push consumer running throughout; ``target`` is what replaces the Java master."""
+    topic, group = uniq(), uniq("cg")
+    pair.start_namesrv("java")
+    old = pair.start_broker("java", "java-master", broker_id=0, role="ASYNC_MASTER")
+    pair.wait_registered({"0": old.addr})
+    create_routed_topic(old.addr, pair.namesrv, topic, QUEUES)
+    stop, expect = pair.workdir / "stop-producing", pair.workdir / "expect.json"
+    producer = stop_file_producer(classes, pair, topic, uniq("pg"), stop)
+    consumer = client(
+        classes,
+        pair,
+        "HaConsume",
+        {"topic": topic, "group": group, "expectFile": str(expect), "timeoutMs": 380_000},
+        timeout=400,
+    )
+    assert wait_until(lambda: max_phy_offset(old.addr) > 0, timeout=60), "nothing was produced"
+
+    # 1. a slave of the same brokerName on a store of its own, attached to the master's HA port
+    slave = pair.start_broker(target, "slave", broker_id=1, role="SLAVE", ha_master=old.ha_addr)
+    pair.wait_registered({"0": old.addr, "1": slave.addr})
+    # 2. caught up: the slave's commitLogMaxOffset (brokerStatus) reaches the master's, and its
+    # metadata sync has brought the topics (and subscription groups, consumer offsets)
+    mark = max_phy_offset(old.addr)
+    caught_up = wait_until(lambda: max_phy_offset(slave.addr) >= mark, timeout=60, interval=0.2)
+    assert caught_up, f"the slave never reached the master's offset {mark}\n{pair.log_tails()}"
+    assert wait_until(lambda: has_topic(slave.addr, topic), timeout=90, interval=0.5), (
+        f"the slave never synced topic {topic}\n{pair.log_tails()}"
+    )
+    # 3. the master stops taking sends (brokerPermission=4, read only); the slave takes the rest
+    done = java.mqadmin(
+        pair.workdir / "mqadmin-logs",
+        "updateBrokerConfig",
+        "-b",
+        old.addr,
+        "-k",
+        "brokerPermission",
+        "-v",
+        "4",
+        java_opts=java.QUICK_JVM,
+    )
+    assert done.returncode == 0 and "success" in done.stdout, done.stdout + done.stderr
+    final = wait_until(
+        lambda: (m := max_phy_offset(old.addr)) == max_phy_offset(slave.addr) and m, timeout=60, interval=0.5
+    )
+    assert final, f"the slave never reached the read-only master's offset\n{pair.log_tails()}"
+    assert max_phy_offset(old.addr) == final, "the read-only master still took messages"
+    # 4. stop the Java master, then the slave; 5. the slave's store serves as brokerId 0 on the old port
+    old.stop()
+    slave.stop()
+    new = pair.start_broker(
+        target, "new-master", broker_id=0, role="ASYNC_MASTER", store=slave.store, port=old.port
+    )
+    pair.wait_registered({"0": new.addr})
+    assert_same_commitlog(old, new, final)
+    carried_on = wait_until(lambda: max_phy_offset(new.addr) > final + 20 * 150, timeout=90, interval=0.5)
+    assert carried_on, f"the producer never sent to the new master\n{pair.log_tails()}"
+
+    stop.touch()
+    produced = producer.result()
+    sent = sent_rows(produced)
+    before = sum(1 for r in sent if phy_offset(r[5]) < final)
+    assert 0 < before < len(sent), f"{before} of {len(sent)} SEND_OK before the switch: not throughout"
+    expect.write_text(json.dumps([r[0] for r in sent]))
+    got = consumer.result()
+    assert got["checks"][0]["ok"], f"not every SEND_OK message was consumed: {got['checks']}"
+    delivered = got["data"]["got"]
+    positions = [(r[2], r[3]) for r in delivered]
+    repeated = {p for p in positions if positions.count(p) > 1}
+    assert not repeated, f"delivered twice to {group}: {sorted(repeated)[:10]}"
+    at = by_position(delivered, 2)
+    moved = {p: b for p, b in by_position(sent, 3).items() if at.get(p) != b}
+    assert not moved, f"SEND_OK messages consumed elsewhere or not at all: {sorted(moved.items())[:10]}"
+    # the group committed what it consumed: a new instance of it gets nothing again
+    again = consume_all(classes, pair, topic, group, [], grace_ms=5000)
+    assert again == [], f"{len(again)} messages delivered again to {group} after the migration"
+
+
+def test_migrating_a_live_java_broker(classes: Path, pair: Pair, uniq) -> None:
+    migrate(classes, pair, uniq, "rmqgate")

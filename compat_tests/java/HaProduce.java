@@ -15,7 +15,8 @@ import org.apache.rocketmq.common.message.Message;
 
 /**
  * A producer for the master/slave runs: sync sends of bodies "PREFIX-i" through the name server,
- * each SEND_OK recorded as [body, msgId, brokerName, queueId, queueOffset] ("sent"), every other
+ * each SEND_OK recorded as [body, msgId, brokerName, queueId, queueOffset,
+ * offsetMsgId] ("sent"), every other
  * answer or exception counted by kind ("refused"). Arguments: "topic", "group", "count" (most
  * sends), "prefix", "stopFile" (stop once it exists, for a producer running throughout a test),
  * "pauseMs" between sends. The route is polled every second, so a broker's death or return is seen
@@ -58,6 +59,7 @@ public final class HaProduce {
                     row.add(r.getMessageQueue().getBrokerName());
                     row.add(r.getMessageQueue().getQueueId());
                     row.add(r.getQueueOffset());
+                    row.add(r.getOffsetMsgId());
                     sent.add(row);
                     if (pauseMs > 0) {
                         Thread.sleep(pauseMs);
