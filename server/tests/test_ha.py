@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 
 from rmqgate.server import ha
+from rmqgate.server.namesrv import NamesrvController
+from rmqgate.server.remoting import RemotingServer
 from rmqgate.server.testing import LocalBroker, async_test, pull_cmd, send_v2, wait_for
 from rmqgate.server.tests.test_sendback import send_back
 from rmqgate.server.topics import topic_config
@@ -345,3 +347,21 @@ async def test_bad_reports_close_only_that_connection(tmp_path: Path) -> None:
         await send_many(master, "OK", 1, 10, queues=1)
         async with LocalBroker(str(tmp_path / "s"), **slave_conf(master)) as slave:
             await caught_up(master, slave)
+
+
+@async_test
+async def test_a_slave_without_ha_master_address_follows_its_registration_answer(tmp_path: Path) -> None:
+    """The master registers its real HA port as haServerAddr; a slave of the same brokerName with no
+    haMasterAddress connects where the name server's REGISTER_BROKER answer points it."""
+    namesrv = RemotingServer("127.0.0.1", 0, NamesrvController().processors())
+    await namesrv.start()
+    ns = {"namesrvAddr": f"127.0.0.1:{namesrv.port}"}
+    try:
+        async with LocalBroker(str(tmp_path / "m"), **master_conf(**ns)) as master:
+            slave_overrides = {**slave_conf(master, **ns), "haMasterAddress": None}
+            async with LocalBroker(str(tmp_path / "s"), **slave_overrides) as slave:
+                assert slave.broker.ha_client.master_ha_addr == (f"127.0.0.1:{master.broker.ha_service.port}")
+                await send_many(master, "NS", 3, 100, queues=1)
+                await caught_up(master, slave)
+    finally:
+        await namesrv.stop()
