@@ -189,9 +189,10 @@ async def test_a_frame_at_another_offset_closes_the_connection_and_the_slave_rec
         assert slave.store.get_max_phy_offset() == held
 
 
+@pytest.mark.parametrize("flush", ["ASYNC_FLUSH", "SYNC_FLUSH"])
 @async_test
-async def test_sync_master_answers_once_the_slave_has_the_message(tmp_path: Path) -> None:
-    conf = master_conf(brokerRole="SYNC_MASTER", syncFlushTimeout=400)
+async def test_sync_master_answers_once_the_slave_has_the_message(tmp_path: Path, flush: str) -> None:
+    conf = master_conf(brokerRole="SYNC_MASTER", syncFlushTimeout=400, flushDiskType=flush)
     async with LocalBroker(str(tmp_path / "m"), **conf) as master:
         c = await master.client()
         resp = await c.invoke(send_v2("SYNC", b"nobody"))
