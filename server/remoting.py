@@ -30,7 +30,9 @@ log = logging.getLogger("rmqgate.server.remoting")
 
 DEFAULT_IDLE_TIMEOUT = 120.0
 DEFAULT_MAX_INFLIGHT = 256
-DEFAULT_WRITE_HIGH_WATER = 4 * 1024 * 1024
+# Per connection: what a consumer that stopped reading can hold in the broker before its reads pause
+# (Netty's default high-water mark is 64 KiB; a larger one keeps big pull responses flowing).
+DEFAULT_WRITE_HIGH_WATER = 1024 * 1024
 
 # Java's RemotingCommand opaque comes from one process-wide AtomicInteger; ours is int32 too.
 _opaque_counter = itertools.count(1)

@@ -296,6 +296,24 @@ async def test_idle_peer_that_never_reads_is_closed() -> None:
 
 
 @async_test
+async def test_default_server_holds_about_a_mebibyte_for_a_peer_that_never_reads() -> None:
+    """Thousands of stuck consumers must not cost gigabytes: with the default high-water mark a peer
+    that never reads holds at most about 1 MiB of responses (plus one read's worth) in the server."""
+    srv = RemotingServer("127.0.0.1", 0, [Echo()])
+    await srv.start()
+    try:
+        _reader, writer = await _raw(srv.port)
+        writer.transport.set_write_buffer_limits(high=1 << 30)
+        writer.write(encode_frame(RemotingCommand.request(ECHO, body=b"z" * 16384)) * 2000)
+        await asyncio.sleep(1.0)
+        (channel,) = srv.channels
+        assert 0 < channel.transport.get_write_buffer_size() < 1024 * 1024 + 512 * 1024
+        writer.transport.abort()
+    finally:
+        await srv.stop()
+
+
+@async_test
 async def test_slow_reader_backpressure() -> None:
     """A client that never reads: the server stops reading instead of buffering without bound."""
     srv = RemotingServer("127.0.0.1", 0, [Echo()], write_high_water=64 * 1024)
