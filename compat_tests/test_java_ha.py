@@ -248,8 +248,8 @@ def has_topic(addr: str, topic: str) -> bool:
 
 
 def create_topic_seen_by_slave(pair: Pair, master: Broker, slave: Broker, topic: str) -> None:
-    """The topic made on the master; the slave has it once its metadata sync ran (a Java slave pulls
-    the master's topic config 10 s after its start, then every 60 s: SlaveSynchronize)."""
+    """The topic made on the master; the slave has it once its metadata sync ran (SlaveSynchronize:
+    3 s after the slave's start, then every 10 s)."""
     create_routed_topic(master.addr, pair.namesrv, topic, QUEUES)
     synced = wait_until(lambda: has_topic(slave.addr, topic), timeout=90, interval=0.5)
     assert synced, f"the slave never synced topic {topic} from the master\n{pair.log_tails()}"
