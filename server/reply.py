@@ -89,6 +89,8 @@ class ReplyMessageProcessor(RequestProcessor):
                 0, b"\x00\x00\x00\x00", 0, h.reconsume_times or 0, 0, props, properties_raw=h.properties,
             )  # fmt: skip
             result = self.broker.store.put_message(msg)
+            if send.ha is not None and result.status is PutMessageStatus.PUT_OK:
+                result = send.ha.handle_ha(result)  # SYNC_MASTER: stored once the slave has it
             status = result.status
             if result.durable is not None and status is PutMessageStatus.PUT_OK:
                 status = await asyncio.wrap_future(result.durable)
