@@ -10,10 +10,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from rmqgate.compat_tests.servers import free_port, port_open
 from rmqgate.server.client import RemotingClient
+from rmqgate.server.jsonbody import loads_object
 from rmqgate.server.namesrv import NamesrvController
 from rmqgate.server.remoting import RemotingServer
-from rmqgate.server.testing import LocalBroker, async_test, wait_for
+from rmqgate.server.testing import LocalBroker, async_test, pull_cmd, wait_for
 from rmqgate.store.meta import CONSUMER_OFFSETS, DELAY_OFFSETS, TOPICS
 from rmqgate.wire.bodies import SubscriptionGroupConfig
 from rmqgate.wire.codes import RequestCode as R
@@ -38,6 +40,12 @@ class LocalNamesrv:
     async def __aexit__(self, *exc: object) -> None:
         await self.controller.stop()
         await self.server.stop()
+
+
+def broker_port() -> int:
+    """A port below the ephemeral range (a restart can take it again) with its VIP (-2) and HA (+1)
+    neighbours free."""
+    return next(p for p in iter(free_port, None) if not port_open(p - 2) and not port_open(p + 1))
 
 
 def slave_of(root: Path, namesrv: str, **overrides: Any) -> LocalBroker:
@@ -142,6 +150,9 @@ async def test_slave_copies_master_metadata(tmp_path: Path) -> None:
                 assert b.store.meta.query_offset("SyncG", "SyncT", 0) == 6
                 # a slave's own group config (auto-created by a pull) goes when the master's version differs
                 b.subscription_groups.find("OnlyOnSlave")
+                # (not in the same millisecond: a DataVersion is its counter and timestamp, and both
+                # sides counted one change since they were equal)
+                await asyncio.sleep(0.01)
                 await create_group(c, "SyncG2")
                 await next_round(slave, lambda: "SyncG2" in b.subscription_groups.table)
                 assert "OnlyOnSlave" not in b.subscription_groups.table
@@ -155,10 +166,10 @@ async def test_offsets_committed_to_slave_while_master_is_gone(tmp_path: Path) -
     newer offset is lost there) until the client commits its offsets to the master again."""
     async with LocalNamesrv() as ns:
         m_root = str(tmp_path / "m")
-        master = LocalBroker(m_root, namesrvAddr=ns.addr)
+        port = broker_port()
+        master = LocalBroker(m_root, namesrvAddr=ns.addr, listenPort=port)
         slave = slave_of(tmp_path / "s", ns.addr)
         await master.__aenter__()
-        port = master.broker.port
         try:
             mc = await master.client()
             await create_topic(mc, "T")
@@ -207,3 +218,19 @@ async def test_master_without_slave_and_unreachable_master(tmp_path: Path) -> No
             b.master_addr = "127.0.0.1:1"  # nothing listens there
             await next_round(slave)
             assert b.topics.table == before
+
+
+@async_test
+async def test_vip_channel_serves_all_but_pulls(tmp_path: Path) -> None:
+    """Java's fastRemotingServer on listenPort - 2: a Java slave asks its master there for
+    GET_ALL_TOPIC_CONFIG; PULL_MESSAGE is not served on it."""
+    port = broker_port()
+    async with LocalBroker(str(tmp_path / "m"), listenPort=port) as master:
+        assert master.broker.vip_server is not None and master.broker.vip_server.port == port - 2
+        vip = await RemotingClient.connect("127.0.0.1", port - 2)
+        resp = await vip.invoke(RemotingCommand.request(R.GET_ALL_TOPIC_CONFIG))
+        assert resp.code == ResponseCode.SUCCESS
+        assert loads_object(resp.body)["topicConfigTable"].keys() == master.broker.topics.table.keys()
+        resp = await vip.invoke(pull_cmd("TBW102", 0))
+        assert resp.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
+        await vip.aclose()
