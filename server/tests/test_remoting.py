@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import functools
 import inspect
+import resource
 import struct
 from collections.abc import AsyncIterator
 
@@ -311,6 +312,21 @@ async def test_default_server_holds_about_a_mebibyte_for_a_peer_that_never_reads
         writer.transport.abort()
     finally:
         await srv.stop()
+
+
+@async_test
+async def test_start_lifts_the_open_files_soft_limit() -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or hard <= 512:
+        hard = 4096  # a finite hard limit to lift the soft one to
+    resource.setrlimit(resource.RLIMIT_NOFILE, (512, hard))
+    srv = RemotingServer("127.0.0.1", 0, [Echo()])
+    try:
+        await srv.start()
+        assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] == hard
+    finally:
+        await srv.stop()
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(soft, hard), hard))
 
 
 @async_test
