@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-import operator
+import re
 import struct
 from collections.abc import Callable
 
@@ -136,12 +136,48 @@ _VALUE_LEN_SIZE = EXT_VALUE_LENGTH.size
 _EXT_LEN_SIZE = EXT_TOTAL_LENGTH.size
 _REMARK_START = _FIXED_SIZE + REMARK_LENGTH.size
 _new_command = RemotingCommand.__new__
+# the fixed fields, the remark's length and (when the remark is empty) the extFields' length
+_HEAD = struct.Struct(ROCKETMQ_FIXED.format + REMARK_LENGTH.format[1:] + EXT_TOTAL_LENGTH.format[1:])
+_HEAD_SIZE = _HEAD.size
+_unpack_head = _HEAD.unpack_from
+
+
+def _command(
+    code: int,
+    language: int,
+    version: int,
+    opaque: int,
+    flag: int,
+    remark: str | None,
+    ext: dict[str, str] | None,
+    serialize_type: int,
+) -> RemotingCommand:
+    """A decoded RemotingCommand, without ``__init__``'s keyword handling (body: None)."""
+    cmd = _new_command(RemotingCommand)
+    cmd.code = code
+    cmd.language = language
+    cmd.version = version
+    cmd.opaque = opaque
+    cmd.flag = flag
+    cmd.remark = remark
+    cmd.ext_fields = ext
+    cmd.body = None
+    cmd.serialize_type = serialize_type
+    return cmd
 
 
 def decode_rocketmq_header(data: bytes | bytearray | memoryview) -> RemotingCommand:
     if type(data) is not bytes:
         data = bytes(data)
     end = len(data)
+    if end > _HEAD_SIZE:  # a request's usual header: no remark, extFields in a layout seen before
+        code, language, version, opaque, flag, remark_length, length = _unpack_head(data, 0)
+        if not remark_length and length == end - _HEAD_SIZE:
+            layout = _ext_layouts.get(length)
+            if layout is not None:
+                ext = layout.decode(data[_HEAD_SIZE:])
+                if ext is not None:
+                    return _command(code, language, version, opaque, flag, None, ext, _ROCKETMQ)
     try:
         code, language, version, opaque, flag = _unpack_fixed(data, 0)
         (length,) = _unpack_remark_len(data, _FIXED_SIZE)
@@ -171,17 +207,7 @@ def decode_rocketmq_header(data: bytes | bytearray | memoryview) -> RemotingComm
         raise
     except Exception as exc:  # struct.error on a short header
         raise HeaderError(f"ROCKETMQ header truncated ({end} bytes): {exc}") from None
-    cmd = _new_command(RemotingCommand)
-    cmd.code = code
-    cmd.language = language
-    cmd.version = version
-    cmd.opaque = opaque
-    cmd.flag = flag
-    cmd.remark = remark
-    cmd.ext_fields = ext
-    cmd.body = None
-    cmd.serialize_type = _ROCKETMQ
-    return cmd
+    return _command(code, language, version, opaque, flag, remark, ext, _ROCKETMQ)
 
 
 def _decode_ext_fields(data: bytes, pos: int, stop: int) -> dict[str, str]:
@@ -204,7 +230,7 @@ def _decode_ext_fields(data: bytes, pos: int, stop: int) -> dict[str, str]:
         ext[data[pos:key_end].decode()] = data[value_start:value_end].decode()
         lengths += (klen, vlen)
         pos = value_end
-    if pos == stop and len(ext) * 2 == len(lengths) > 2:  # no key twice; itemgetters of 2+ slices
+    if pos == stop and len(ext) * 2 == len(lengths):  # no key twice
         seen = tuple(lengths)
         size = stop - start
         if _ext_candidates.get(size) == seen:
@@ -222,32 +248,36 @@ class _ExtLayout:
     """One extFields layout: its keys in order and the byte length of every value. Producers send the
     same keys in the same order, and mostly values of the same lengths, request after request. In
     such a map everything but the values is the same bytes (each entry's key length, key and value
-    length), so one ``itemgetter`` call compares all of it and another takes all the values."""
+    length), so one regular-expression match checks all of it and takes all the values."""
 
-    __slots__ = ("fixed", "fixed_parts", "keys", "values")
+    __slots__ = ("keys", "match_bytes", "match_text")
 
     def __init__(self, region: bytes, lengths: tuple[int, ...], ext: dict[str, str]) -> None:
-        fixed: list[slice] = []
-        values: list[slice] = []
+        parts: list[bytes] = []
         pos = 0
         for klen, vlen in zip(lengths[0::2], lengths[1::2], strict=True):
             value_start = pos + _KEY_LEN_SIZE + klen + _VALUE_LEN_SIZE
-            fixed.append(slice(pos, value_start))
-            values.append(slice(value_start, value_start + vlen))
+            parts.append(re.escape(region[pos:value_start]) + b"(.{%d})" % vlen)
             pos = value_start + vlen
-        self.fixed = operator.itemgetter(*fixed)
-        self.fixed_parts = self.fixed(region)
-        self.values = operator.itemgetter(*values)
+        pattern = b"".join(parts)
+        self.match_bytes = re.compile(pattern, re.DOTALL).fullmatch
+        # an ASCII map is matched as text, its values taken as str at once; where the lengths' bytes
+        # are not ASCII themselves, no ASCII map can have this layout
+        self.match_text = re.compile(pattern.decode(), re.DOTALL).fullmatch if pattern.isascii() else None
         self.keys = tuple(ext)
 
     def decode(self, region: bytes) -> dict[str, str] | None:
         """The map in ``region`` if it has this layout (None otherwise, or where the values hold a NUL
         or bad UTF-8: the entry-by-entry decoder takes those)."""
-        if self.fixed(region) != self.fixed_parts:
+        if region.isascii():
+            if self.match_text is None:
+                return None
+            match = self.match_text(region.decode("ascii"))
+            return None if match is None else dict(zip(self.keys, match.groups(), strict=True))
+        match = self.match_bytes(region)
+        if match is None:
             return None
-        if region.isascii():  # a byte per character: the same slices of the text are the values
-            return dict(zip(self.keys, self.values(region.decode("ascii")), strict=True))
-        values = self.values(region)
+        values = match.groups()
         joined = b"\0".join(values)
         if joined.count(0) != len(values) - 1:
             return None
