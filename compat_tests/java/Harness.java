@@ -78,6 +78,14 @@ public final class Harness {
         return str("namesrv");
     }
 
+    /**
+     * A queue's name in the checks' details: "queue" + its id, and on a topic over several brokers
+     * (argument "brokers" given) its broker too, as queue ids repeat from one broker to the next.
+     */
+    public String queueName(String brokerName, int queueId) {
+        return args.containsKey("brokers") ? brokerName + "/queue" + queueId : "queue" + queueId;
+    }
+
     /** A check the wrapper compares broker by broker: its name, whether it held, and what was seen. */
     public boolean check(String name, boolean ok, Object detail) {
         JSONObject c = new JSONObject(true);

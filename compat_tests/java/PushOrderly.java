@@ -102,7 +102,7 @@ public final class PushOrderly {
         Map<String, Boolean> locked = new TreeMap<>();
         for (Map.Entry<MessageQueue, ProcessQueue> e
             : consumer.getDefaultMQPushConsumerImpl().getRebalanceImpl().getProcessQueueTable().entrySet()) {
-            locked.put("queue" + e.getKey().getQueueId(), e.getValue().isLocked());
+            locked.put(h.queueName(e.getKey().getBrokerName(), e.getKey().getQueueId()), e.getValue().isLocked());
         }
         h.check("the broker locked every queue for the consumer",
             locked.size() == h.num("queues", 4) && !locked.containsValue(false), locked);
@@ -129,7 +129,7 @@ public final class PushOrderly {
         Map<String, Boolean> nextLocked = new TreeMap<>();
         for (Map.Entry<MessageQueue, ProcessQueue> e
             : successor.getDefaultMQPushConsumerImpl().getRebalanceImpl().getProcessQueueTable().entrySet()) {
-            nextLocked.put("queue" + e.getKey().getQueueId(), e.getValue().isLocked());
+            nextLocked.put(h.queueName(e.getKey().getBrokerName(), e.getKey().getQueueId()), e.getValue().isLocked());
         }
         boolean onlyLate = next.size() == keys
             && next.entrySet().stream().allMatch(e -> e.getValue().equals(List.of(e.getKey() + "-late")));

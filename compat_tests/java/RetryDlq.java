@@ -148,15 +148,27 @@ public final class RetryDlq {
         pull.start();
         List<MessageExt> dead = new ArrayList<>();
         String readError = null;
-        MessageQueue dq = new MessageQueue(dlq, sent.getMessageQueue().getBrokerName(), 0);
+        // each message's dead letter is on the broker it was sent to (both the same one but on a
+        // topic over several brokers)
+        List<MessageQueue> dlqs = new ArrayList<>();
+        for (SendResult r : List.of(sent, sentDead)) {
+            MessageQueue dq = new MessageQueue(dlq, r.getMessageQueue().getBrokerName(), 0);
+            if (!dlqs.contains(dq)) {
+                dlqs.add(dq);
+            }
+        }
         long deadline = System.currentTimeMillis() + 10_000;
         while (dead.size() < 2 && System.currentTimeMillis() < deadline) {
             try {
-                PullResult r = pull.pull(dq, "*", 0, 32);
-                dead.clear();
-                if (r.getPullStatus() == PullStatus.FOUND) {
-                    dead.addAll(r.getMsgFoundList());
+                List<MessageExt> found = new ArrayList<>();
+                for (MessageQueue dq : dlqs) {
+                    PullResult r = pull.pull(dq, "*", 0, 32);
+                    if (r.getPullStatus() == PullStatus.FOUND) {
+                        found.addAll(r.getMsgFoundList());
+                    }
                 }
+                dead.clear();
+                dead.addAll(found);
                 readError = null;
             } catch (Exception e) {
                 readError = e.toString();
