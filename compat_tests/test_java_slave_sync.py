@@ -10,6 +10,7 @@ the stored copy is compared.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from typing import Any
 import pytest
 
 from rmqgate.compat_tests import java
+from rmqgate.compat_tests import test_java_ha as ha
 from rmqgate.compat_tests.servers import BROKER_CONF, ServerProcess, log_tail
 from rmqgate.compat_tests.wire_client import WireClient, loads, wait_until
 from rmqgate.store.meta import LmdbMetaStore
@@ -188,3 +190,84 @@ def test_rmqgate_slave_of_java_master(jdk: None, tmp_path: Path) -> None:
         for server in (slave, master, ns):
             if server is not None:
                 server.stop()
+
+
+def group_offsets(addr: str, topic: str, group: str) -> int:
+    """The group's committed offsets of the topic's four queues, summed (a queue without one: 0)."""
+    total = 0
+    with WireClient(addr, timeout=5) as c:
+        for queue_id in range(4):
+            resp = c.invoke(
+                RequestCode.QUERY_CONSUMER_OFFSET,
+                {"consumerGroup": group, "topic": topic, "queueId": queue_id, "setZeroIfNotFound": False},
+            )
+            total += int(resp.ext_fields["offset"]) if resp.code == ResponseCode.SUCCESS else 0
+    return total
+
+
+def test_java_consumer_across_master_stop_and_return(
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """A stock 4.9.8 push consumer on an rmqgate master + slave: while the master is gone it commits
+    its offsets to the slave (which stores them); when the master is back it pulls there again (the
+    slave's answers suggest brokerId 0) and commits its offsets to the master; nothing is delivered
+    twice across both switches."""
+    reason = java.missing()
+    if reason:
+        pytest.fail(reason)
+    classes = java.compiled_clients(4, tmp_path_factory.mktemp("failover-classes"), ("HaConsume",))
+    pair = ha.Pair(tmp_path)
+    try:
+        pair.start_namesrv("rmqgate")
+        port = java._broker_port()
+        master = pair.start_broker("rmqgate", "master", broker_id=0, role="ASYNC_MASTER", port=port)
+        slave = pair.start_broker("rmqgate", "slave", broker_id=1, role="SLAVE", ha_master=master.ha_addr)
+        pair.wait_registered({"0": master.addr, "1": slave.addr})
+        topic, group = "FailoverT", "FailoverG"
+        ha.create_topic_seen_by_slave(pair, master, slave, topic)
+        expect = tmp_path / "expect.json"
+        consumer = java.java_client(
+            4,
+            classes,
+            "HaConsume",
+            {
+                "topic": topic,
+                "group": group,
+                "expectFile": str(expect),
+                "timeoutMs": 150_000,
+                "namesrv": pair.namesrv,
+            },
+            log_dir=tmp_path / "client-logs",
+            timeout=170,
+        )
+        first = [f"before-{i}" for i in range(8)]
+        second = [f"after-{i}" for i in range(8)]
+        with WireClient(master.addr) as c:
+            for i, body in enumerate(first):
+                assert c.send_message(topic, body.encode(), queue_id=i % 4).code == ResponseCode.SUCCESS
+        consumed = wait_until(lambda: group_offsets(master.addr, topic, group) == 8, timeout=60, interval=0.5)
+        assert consumed, f"the consumer never committed the first messages to the master\n{pair.log_tails()}"
+
+        master.stop()  # unregisters: the route lists the slave alone
+        pair.wait_registered({"1": slave.addr})
+        on_slave = wait_until(lambda: group_offsets(slave.addr, topic, group) == 8, timeout=30, interval=0.5)
+        assert on_slave, f"the consumer never committed its offsets to the slave\n{pair.log_tails()}"
+
+        master = pair.start_broker(
+            "rmqgate", "master-again", broker_id=0, role="ASYNC_MASTER", port=port, store=master.store
+        )
+        pair.wait_registered({"0": master.addr, "1": slave.addr})
+        with WireClient(master.addr) as c:
+            for i, body in enumerate(second):
+                assert c.send_message(topic, body.encode(), queue_id=i % 4).code == ResponseCode.SUCCESS
+        expect.write_text(json.dumps(first + second))
+        result = consumer.result()
+        assert result["checks"] and result["checks"][0]["ok"], (
+            f"not every message arrived: {result}\n{pair.log_tails()}"
+        )
+        bodies = [row[0] for row in result["data"]["got"]]
+        assert sorted(bodies) == sorted(first + second), f"delivered twice or missing: {bodies}"
+        # the consumer's shutdown committed to the master again
+        assert group_offsets(master.addr, topic, group) == 16
+    finally:
+        pair.close()
