@@ -234,3 +234,17 @@ async def test_vip_channel_serves_all_but_pulls(tmp_path: Path) -> None:
         resp = await vip.invoke(pull_cmd("TBW102", 0))
         assert resp.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
         await vip.aclose()
+
+
+@async_test
+async def test_fixed_ha_master_address_is_kept(tmp_path: Path) -> None:
+    """haMasterAddress set: the registration answers' HA address is not taken (4.9.8's
+    updateMasterHAServerAddrPeriodically is false), the master's remoting address still is."""
+    async with LocalNamesrv() as ns, LocalBroker(str(tmp_path / "m"), namesrvAddr=ns.addr) as master:
+        slave = slave_of(tmp_path / "s", ns.addr, haMasterAddress="127.0.0.1:1")
+        heard: list[str] = []
+        slave.broker.master_ha_addr_listeners.append(heard.append)
+        async with slave:
+            await slave.broker.register_all()
+            assert slave.broker.master_ha_addr == "127.0.0.1:1" and heard == []
+            assert slave.broker.master_addr == master.config.broker_addr
