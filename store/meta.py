@@ -5,13 +5,18 @@ transaction (atomic). Java's tables take any string as a key; LMDB takes 1 to ``
 an empty or longer key (an empty group name, a long topic@group) is stored under a digest of itself and
 its row's value carries it. Consumer offsets change constantly, so like RocketMQ's ConsumerOffsetManager
 they live in memory and are persisted in one transaction every ``flush_consumer_offset_interval``
-and on shutdown.
+and on shutdown. Unlike 4.9.8, which loses the offsets committed since its last persist when the process
+dies, each change is also appended to a journal (``offsets.journal.<n>``, a mapped file: a copy into
+the page cache, no system call, no fsync) that the next open replays; a persist starts a new journal and
+removes the older ones.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import mmap
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -26,10 +31,13 @@ CONSUMER_OFFSETS = "consumer_offsets"
 DELAY_OFFSETS = "delay_offsets"
 DATABASES = (TOPICS, SUBSCRIPTION_GROUPS, CONSUMER_OFFSETS, DELAY_OFFSETS)
 _VERSIONS = "data_versions"
+_JOURNAL = "offsets.journal"  # consumer offset changes since the last persist, replayed at open
+_JOURNAL_SIZE = 1 << 20
 _IMPORT_STATE = b"#import-state"  # in the versions database, beside the tables' data versions
 
 _dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 _loads = json.loads
+_journal_dumps = json.JSONEncoder(separators=(",", ":")).encode  # ASCII: keys may hold lone surrogates
 #: first byte of a digest key: no UTF-8 text starts with 0xFF, so it never meets a key stored as it is
 _DIGEST_KEY = b"\xff"
 
@@ -57,8 +65,16 @@ class LmdbMetaStore:
         self._persist_lock = threading.Lock()
         self._offsets: dict[str, dict[int, int]] = {}
         self._dirty: set[str] = set()
+        self._journal_keys: dict[str, bytes] = {}  # a key's journal entry prefix, encoded once
         for key, value in self.items(CONSUMER_OFFSETS):
             self._offsets[key] = {int(q): int(o) for q, o in value.items()}
+        journals = self._journals()
+        for _, path in journals:
+            self._replay(path)
+        self._journal_seq = journals[-1][0] + 1 if journals else 0
+        self._open_journal()
+        if journals:  # what the last process committed after its last persist: into LMDB now
+            self.persist_offsets()
 
     def _db(self, db: str) -> Any:
         try:
@@ -123,6 +139,12 @@ class LmdbMetaStore:
             self._write(write)
             return
         with self._persist_lock:
+            with self._lock:  # journaled first: a replay must not bring older commits back over it
+                if replace:
+                    self._log(["*"])
+                for k, v in items.items():
+                    for q, o in v.items():
+                        self._log([k, int(q), int(o)])
             self._write(write)
             with self._lock:
                 if replace:
@@ -143,6 +165,8 @@ class LmdbMetaStore:
         if db != CONSUMER_OFFSETS:
             return bool(self._write(write))
         with self._persist_lock:
+            with self._lock:
+                self._log(["-", key])
             found = self._write(write)
             with self._lock:
                 self._offsets.pop(key, None)
@@ -164,10 +188,69 @@ class LmdbMetaStore:
         self._write(lambda txn: txn.put(db.encode(), _dumps(v).encode(), db=self._dbs[_VERSIONS]))
 
     # -- consumer offsets --
+    def _journals(self) -> list[tuple[int, Path]]:
+        found = []
+        for path in self.path.glob(f"{_JOURNAL}.*"):
+            seq = path.name[len(_JOURNAL) + 1 :]
+            if seq.isdigit():
+                found.append((int(seq), path))
+        return sorted(found)
+
+    def _open_journal(self) -> None:
+        """A new journal file of ``_JOURNAL_SIZE`` zero bytes, mapped: an entry is a copy into the map
+        (the page cache keeps it when the process dies), not a system call."""
+        path = self.path / f"{_JOURNAL}.{self._journal_seq}"
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.ftruncate(fd, _JOURNAL_SIZE)
+            self._journal = mmap.mmap(fd, _JOURNAL_SIZE)
+        finally:
+            os.close(fd)
+        self._journal_pos = 0
+
+    def _log(self, entry: list[Any]) -> None:
+        self._append(_journal_dumps(entry).encode() + b"\n")
+
+    def _append(self, line: bytes) -> None:
+        """Append one change to the journal (called under ``_lock``); a full journal is followed by a
+        new one (both replayed until the next persist)."""
+        end = self._journal_pos + len(line)
+        if end > _JOURNAL_SIZE:
+            self._journal.close()
+            self._journal_seq += 1
+            self._open_journal()
+            end = len(line)
+        self._journal[end - len(line) : end] = line
+        self._journal_pos = end
+
+    def _replay(self, path: Path) -> None:
+        """Apply a journal's changes: [key, queueId, offset], ["-", key] (deleted), ["*"] (all replaced)."""
+        for line in path.read_bytes().rstrip(b"\0").splitlines():
+            try:
+                entry = _loads(line)
+            except ValueError:  # a line cut short when the process died
+                continue
+            if len(entry) == 3:
+                key, queue_id, offset = entry
+                self._offsets.setdefault(key, {})[int(queue_id)] = int(offset)
+                self._dirty.add(key)
+            elif entry[0] == "-":
+                self._offsets.pop(entry[1], None)
+                self._dirty.discard(entry[1])
+            elif entry[0] == "*":
+                self._offsets.clear()
+                self._dirty.clear()
+
     def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         key = f"{topic}@{group}"
         with self._lock:
-            self._offsets.setdefault(key, {})[queue_id] = offset
+            table = self._offsets.setdefault(key, {})
+            if table.get(queue_id) != offset:
+                prefix = self._journal_keys.get(key)
+                if prefix is None:  # '["topic@group",' once per key
+                    prefix = self._journal_keys[key] = _journal_dumps([key])[:-1].encode() + b","
+                self._append(b"%s%d,%d]\n" % (prefix, queue_id, offset))
+                table[queue_id] = offset
             self._dirty.add(key)
 
     def query_offset(self, group: str, topic: str, queue_id: int) -> int:
@@ -195,8 +278,12 @@ class LmdbMetaStore:
                     if k in self._offsets
                 }
                 self._dirty.clear()
-            if not dirty:
-                return
+                if not dirty:
+                    return
+                # later changes go to a new journal; the older ones go once this write is in LMDB
+                self._journal.close()
+                self._journal_seq += 1
+                self._open_journal()
             handle = self._dbs[CONSUMER_OFFSETS]
 
             def write(txn: lmdb.Transaction) -> None:
@@ -210,6 +297,9 @@ class LmdbMetaStore:
                 with self._lock:  # retried on the next round
                     self._dirty.update(dirty)
                 raise
+            for seq, path in self._journals():
+                if seq < self._journal_seq:
+                    path.unlink(missing_ok=True)
 
     # -- state of a first import (config/*.json of a Java broker) --
     def import_state(self) -> str | None:
@@ -240,5 +330,8 @@ class LmdbMetaStore:
         if self.env is not None:
             self.persist_offsets()
             self.env.sync(True)
+            self._journal.close()
+            for _, path in self._journals():  # (all in LMDB now)
+                path.unlink(missing_ok=True)
             self.env.close()
             self.env = None  # type: ignore[assignment]

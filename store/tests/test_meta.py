@@ -217,3 +217,42 @@ def test_import_and_export_refuse_a_store_a_broker_runs_on(tmp_path: Path) -> No
     finally:
         store.shutdown()
     assert subprocess.run(cli, capture_output=True, timeout=120).returncode == 0 and out.is_dir()
+
+
+def test_offsets_committed_after_the_last_persist_survive_a_killed_process(tmp_path: Path) -> None:
+    """A process killed between persists (nothing closed): every commit, delete and replacement since
+    the last persist is replayed from the journal at the next open, in order, and then persisted."""
+    root = tmp_path / "meta"
+    script = f"""
+import os
+import rmqgate.store.meta as m
+from rmqgate.store.meta import CONSUMER_OFFSETS, LmdbMetaStore
+m._JOURNAL_SIZE = 64  # a few entries a journal: the full ones are followed by new ones
+meta = LmdbMetaStore({str(root)!r})
+meta.commit_offset("g", "T", 0, 10)
+meta.commit_offset("gone", "T", 0, 3)
+meta.persist_offsets()
+meta.commit_offset("g", "T", 0, 11)
+meta.commit_offset("g", "T", 1, 4)
+meta.remove_offsets(group="gone")
+meta.put_many(CONSUMER_OFFSETS, {{"U@reset": {{"2": 7}}}})
+meta.commit_offset("h", "T", 3, 1)
+meta.commit_offset("h", "T", 3, 2)
+os._exit(0)  # no close, no persist: as a SIGKILL leaves it
+"""
+    subprocess.run([sys.executable, "-c", script], check=True)
+    assert [p.name for p in root.glob("offsets.journal.*")]  # left behind
+    meta = LmdbMetaStore(root)
+    try:
+        want = {"T@g": {0: 11, 1: 4}, "U@reset": {2: 7}, "T@h": {3: 2}}
+        assert meta.offset_table() == want
+        assert meta.get(CONSUMER_OFFSETS, "T@g") == {"0": 11, "1": 4}  # persisted at open
+        assert meta.get(CONSUMER_OFFSETS, "T@gone") is None
+    finally:
+        meta.close()
+    assert not list(root.glob("offsets.journal.*"))  # a clean close leaves none
+    meta = LmdbMetaStore(root)
+    try:
+        assert meta.offset_table() == want
+    finally:
+        meta.close()
