@@ -40,10 +40,9 @@ from rmqgate.compat_tests.servers import BROKER_CONF, ServerProcess, free_port, 
 from rmqgate.compat_tests.wire_client import WireClient, create_routed_topic, stored_messages, wait_until
 from rmqgate.wire.codes import RequestCode, ResponseCode
 
-pytestmark = [pytest.mark.java]
-
 CYCLES = int(os.environ.get("ADVERSITY_CRASH_CYCLES", "100"))
 ASYNC_CYCLES = int(os.environ.get("ADVERSITY_ASYNC_CRASH_CYCLES", "10"))
+pytestmark = [pytest.mark.java, pytest.mark.timeout(900 + 30 * max(CYCLES, ASYNC_CYCLES))]
 TOPIC = "CrashLoopTopic"
 GROUP = "CrashLoopConsumers"
 QUEUES = 4

@@ -37,6 +37,8 @@ from rmqgate.store.clean import disk_used_percent
 from rmqgate.wire.codes import RequestCode, ResponseCode
 from rmqgate.wire.message import body_crc, decode_offset_msg_id
 
+pytestmark = [pytest.mark.timeout(600)]
+
 TOPIC = "DiskPressureTopic"
 QUEUES = 4
 BODY = 32 * 1024

@@ -23,12 +23,14 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from rmqgate.compat_tests.adversity.conftest import results_dir
 from rmqgate.compat_tests.servers import BROKER_CONF, ServerProcess, free_port, log_tail
 
 MINUTES = float(os.environ.get("ADVERSITY_SOAK_MINUTES", "30"))
+pytestmark = [pytest.mark.timeout(int(MINUTES * 60) + 600)]
 SAMPLE_S = 5.0
 #: Allowed growth of the last third over the middle third: RSS by 10 % + 16 MiB (allocator
 #: fragmentation, the mapped CommitLog's resident pages); fds and tasks by 20 % + 16 (the replays'
