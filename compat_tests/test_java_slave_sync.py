@@ -24,6 +24,7 @@ from rmqgate.compat_tests.wire_client import WireClient, loads, wait_until
 from rmqgate.store.meta import LmdbMetaStore
 from rmqgate.wire.bodies import SubscriptionGroupConfig
 from rmqgate.wire.codes import RequestCode, ResponseCode
+from rmqgate.wire.message import iter_messages
 
 pytestmark = [pytest.mark.slow, pytest.mark.java]
 
@@ -271,3 +272,72 @@ def test_java_consumer_across_master_stop_and_return(
         assert group_offsets(master.addr, topic, group) == 16
     finally:
         pair.close()
+
+
+def pull_answers(kind: str, workdir: Path) -> dict[str, tuple[int, str | None, str | None, int]]:
+    """A master + slave of ``kind`` with four messages in queue 0: (code, suggestWhichBrokerId,
+    nextBeginOffset, messages) of pulls from either, as slaveReadEnable and
+    accessMessageInMemoryMaxRatio change (UPDATE_BROKER_CONFIG)."""
+    workdir.mkdir(parents=True)
+    pair = ha.Pair(workdir)
+    try:
+        pair.start_namesrv(kind)
+        master = pair.start_broker(kind, "master", broker_id=0, role="ASYNC_MASTER")
+        slave = pair.start_broker(kind, "slave", broker_id=1, role="SLAVE", ha_master=master.ha_addr)
+        pair.wait_registered({"0": master.addr, "1": slave.addr})
+        topic, group = "SlavePullT", "SlavePullG"
+        ha.create_topic_seen_by_slave(pair, master, slave, topic)
+        with WireClient(master.addr) as c:
+            for i in range(4):
+                assert c.send_message(topic, f"m{i}".encode()).code == ResponseCode.SUCCESS
+
+        def slave_has_all() -> bool:
+            with WireClient(slave.addr) as c:
+                resp = c.invoke(RequestCode.GET_MAX_OFFSET, {"topic": topic, "queueId": 0})
+            return resp.code == ResponseCode.SUCCESS and resp.ext_fields["offset"] == "4"
+
+        assert wait_until(slave_has_all, timeout=30, interval=0.2), f"not replicated\n{pair.log_tails()}"
+
+        def ask(addr: str, offset: int) -> tuple[int, str | None, str | None, int]:
+            with WireClient(addr) as c:
+                resp = c.pull(group, topic, 0, offset, sys_flag=4, subscription="*")
+            ext = resp.ext_fields or {}
+            count = len(list(iter_messages(resp.body))) if resp.code == ResponseCode.SUCCESS else 0
+            return resp.code, ext.get("suggestWhichBrokerId"), ext.get("nextBeginOffset"), count
+
+        def configure(addr: str, text: str) -> None:
+            with WireClient(addr) as c:
+                assert (
+                    c.invoke(RequestCode.UPDATE_BROKER_CONFIG, body=text.encode()).code
+                    == ResponseCode.SUCCESS
+                )
+
+        answers = {
+            "slave, slaveReadEnable off": ask(slave.addr, 0),
+            "slave, offset past the end": ask(slave.addr, 100),
+        }
+        configure(slave.addr, "slaveReadEnable=true\n")
+        answers["slave, slaveReadEnable on"] = ask(slave.addr, 1)
+        configure(master.addr, "slaveReadEnable=true\naccessMessageInMemoryMaxRatio=0\n")
+        answers["master, consumer behind"] = ask(master.addr, 0)
+        configure(master.addr, "accessMessageInMemoryMaxRatio=40\n")
+        answers["master, consumer not behind"] = ask(master.addr, 0)
+        configure(master.addr, "slaveReadEnable=false\naccessMessageInMemoryMaxRatio=0\n")
+        answers["master, slaveReadEnable off"] = ask(master.addr, 0)
+        return answers
+    finally:
+        pair.close()
+
+
+def test_pull_answers_of_master_and_slave_as_java(tmp_path: Path) -> None:
+    """Which broker a pull's answer suggests, and what a slave answers, on a Java 4.9.8 pair and an
+    rmqgate pair alike. A slave with slaveReadEnable off serves the pull (Java's SLAVE branch sets
+    PULL_RETRY_IMMEDIATELY, which the store status' code then replaces) and sends the consumer to
+    the master."""
+    reason = java.missing()
+    if reason:
+        pytest.fail(reason)
+    on_java = pull_answers("java", tmp_path / "java")
+    on_gate = pull_answers("rmqgate", tmp_path / "rmqgate")
+    assert on_gate == on_java, f"rmqgate {on_gate}\njava    {on_java}"
+    assert on_java["slave, slaveReadEnable off"][:2] == (ResponseCode.SUCCESS, "0")
