@@ -65,10 +65,14 @@ class Broker:
     def ha_addr(self) -> str:
         return f"127.0.0.1:{self.ha_port}"
 
-    def commitlog(self) -> Path:
-        found = sorted(self.store.rglob(f"commitlog/{FIRST_FILE}"))
-        assert found, f"no CommitLog file under {self.store}"
+    def commitlog_dir(self) -> Path:
+        found = sorted(p for p in self.store.rglob("commitlog") if p.is_dir())
+        assert found, f"no CommitLog directory under {self.store}"
         return found[0]
+
+    def commitlog(self) -> Path:
+        """The CommitLog's first file."""
+        return self.commitlog_dir() / FIRST_FILE
 
 
 def gate_conf(broker_id: int, role: str, ha_port: int, ha_master: str | None) -> str:
@@ -113,8 +117,10 @@ class Pair:
         ha_master: str | None = None,
         store: Path | None = None,
         port: int | None = None,
+        extra: str = "",
     ) -> Broker:
-        """A broker in ``workdir/tag`` (a restart: a new tag, the earlier broker's store and ports)."""
+        """A broker in ``workdir/tag`` (a restart: a new tag, the earlier broker's store and ports);
+        ``extra``: more broker.conf lines."""
         workdir = self.workdir / tag
         workdir.mkdir(parents=True)
         port = port or java._broker_port()
@@ -130,6 +136,7 @@ class Pair:
                 role=role,
                 ha_master=ha_master,
                 store=store,
+                extra_conf=java.JAVA_BROKER_CONF + extra,
             )
             self.cleanups.append(jb.stop)
             self.logs.append(jb.log_path)
@@ -142,7 +149,7 @@ class Pair:
             workdir,
             role="broker",
             namesrv_addr=self.namesrv,
-            conf=gate_conf(broker_id, role, ha_port, ha_master),
+            conf=gate_conf(broker_id, role, ha_port, ha_master) + extra,
             broker_port=port,
             extra_args=store_args,
         )
@@ -450,3 +457,43 @@ def migrate(classes: Path, pair: Pair, uniq, target: str) -> None:
 
 def test_migrating_a_live_java_broker(classes: Path, pair: Pair, uniq) -> None:
     migrate(classes, pair, uniq, "rmqgate")
+
+
+#: CommitLog files of 64 KiB, so that a few hundred messages fill several.
+SMALL_FILES = "mappedFileSizeCommitLog=65536\n"
+
+
+@pytest.mark.parametrize(("master_kind", "slave_kind", "namesrv_kind"), PAIRINGS[1:])
+def test_empty_slave_attached_late_starts_at_the_masters_last_file(
+    pair: Pair, uniq, master_kind: str, slave_kind: str, namesrv_kind: str
+) -> None:
+    """HAConnection: a slave reporting offset 0 is sent the master's CommitLog from the start of its
+    last file (masterOffset - masterOffset % mappedFileSizeCommitLog), not from the beginning. Java
+    master + Java slave does the same (the pairings with rmqgate are run here)."""
+    topic = uniq()
+    pair.start_namesrv(namesrv_kind)
+    master = pair.start_broker(master_kind, "master", broker_id=0, role="ASYNC_MASTER", extra=SMALL_FILES)
+    pair.wait_registered({"0": master.addr})
+    create_routed_topic(master.addr, pair.namesrv, topic, QUEUES)
+    with WireClient(master.addr) as c:
+        for i in range(400):
+            resp = c.send_message(topic, f"late-{i}-".encode() + bytes(400), queue_id=i % QUEUES)
+            assert resp.code == 0, f"send {i}: {resp!r}"
+    end = max_phy_offset(master.addr)
+    start = end - end % 65536
+    assert start >= 2 * 65536, f"only {end} bytes written: fewer than three CommitLog files"
+
+    slave = pair.start_broker(
+        slave_kind, "slave", broker_id=1, role="SLAVE", ha_master=master.ha_addr, extra=SMALL_FILES
+    )
+    pair.wait_registered({"0": master.addr, "1": slave.addr})
+    caught_up = wait_until(lambda: max_phy_offset(slave.addr) == end, timeout=60, interval=0.2)
+    assert caught_up, f"the slave never reached the master's offset {end}\n{pair.log_tails()}"
+    info = runtime_info(slave.addr)
+    assert int(info["commitLogMinOffset"]) == start, f"the slave starts at {info['commitLogMinOffset']}"
+    name = f"{start:020d}"
+    slave_files = sorted(p.name for p in slave.commitlog_dir().iterdir())
+    # (a Java slave has also preallocated the file after it: AllocateMappedFileService)
+    assert slave_files[0] == name, f"the slave's CommitLog files: {slave_files}"
+    with (master.commitlog_dir() / name).open("rb") as m, (slave.commitlog_dir() / name).open("rb") as s:
+        assert m.read(end - start) == s.read(end - start), f"CommitLog file {name} differs"
