@@ -10,6 +10,12 @@ Run: ``.venv/bin/python bench/broker.py [--connections 16] [--seconds 8] [--size
 ``--cpu N [--serialize rocketmq] [--profile FILE]`` measures instead the server's CPU time per message
 (its process tree's utime + stime from /proc over N sync sends), a figure the other load on a shared
 machine hardly moves; ``--profile`` runs the first round's server under cProfile.
+
+``--brokers 1 2 ... [--threads T] [--warmup W]`` measures the scale-out instead: ``rmqgate serve
+--brokers N`` (one broker process each, one cluster, a topic of 4 queues on every broker) driven by
+the stock Java benchmark Producer (``T`` threads per broker), with the stock Java 4.9.8 broker under
+the same producer in the same run for reference; aggregate sends/s = messages all brokers stored in
+the window, and its ratio to N x the one-broker figure.
 """
 
 from __future__ import annotations
@@ -26,14 +32,18 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _timing import busy_neighbour_speed, cpu_times
+from _timing import busy_neighbour_speed, cpu_times, print_table
 
 from rmqgate.wire import FrameDecoder, RemotingCommand, encode_frame
 from rmqgate.wire.codes import RequestCode, SerializeType
 from rmqgate.wire.message import format_properties
+
+if TYPE_CHECKING:
+    from rmqgate.compat_tests.servers import ServerProcess
 
 TARGET_RATIO = 0.6
 _PREFIX = struct.Struct(">i")
@@ -238,6 +248,104 @@ def cpu_per_message(args: argparse.Namespace) -> None:
         print(f"profile of round 1 in {args.profile}: .venv/bin/python -m pstats {args.profile}")
 
 
+# --- scale-out: N broker processes under the stock Java producer -----------------------------------
+def scale_out(args: argparse.Namespace) -> None:
+    """Aggregate sends/s of ``rmqgate serve --brokers N`` for each N of ``args.brokers`` and of the Java
+    broker, alternating rounds; each N's producer has ``args.threads`` threads per broker."""
+    import java_vs_rmqgate as jvr
+
+    from rmqgate.compat_tests import java
+    from rmqgate.compat_tests.servers import ServerProcess
+
+    reason = java.missing()
+    if reason:
+        raise SystemExit(reason)
+    figures: dict[str, list[float]] = {}
+    cpus: dict[str, list[float]] = {}
+    load0 = os.getloadavg()
+    with tempfile.TemporaryDirectory(prefix="rmqgate-scale-") as tmp:
+        root = Path(tmp)
+        for round_no in range(1, args.rounds + 1):
+            for n in ["java", *args.brokers]:
+                workdir = root / f"r{round_no}-{n}"
+                if n == "java":
+                    target = jvr.start_java(workdir)
+                    jvr.create_topic(target)
+                    name, threads = "Java 4.9.8, 1 broker", args.threads
+                else:
+                    workdir.mkdir(parents=True)
+                    server = ServerProcess(
+                        workdir, extra_args=("--brokers", str(n), "--log-level", "WARNING")
+                    )
+                    server.wait_ready()
+                    target = ClusterTarget(server, int(n), jvr.TOPIC)
+                    name, threads = f"rmqgate --brokers {n}", args.threads * int(n)
+                try:
+                    run = jvr.measure(target, threads, round_no, args, root / "producer-logs")
+                finally:
+                    target.stop()
+                figures.setdefault(name, []).append(run.tps)
+                cpus.setdefault(name, []).append(run.cpu_us_per_msg)
+                print(
+                    f"  round {round_no}, {name} ({threads} producer threads): {run.tps:,.0f} msg/s",
+                    flush=True,
+                )
+    one = statistics.median(figures.get("rmqgate --brokers 1", [float("nan")]))
+    java_tps = statistics.median(figures["Java 4.9.8, 1 broker"])
+    print(f"\nscale-out: stock benchmark Producer (sync {args.size} B sends), {args.warmup:g} s warm-up then "
+          f"{args.seconds:g} s measured per run, {args.rounds} round(s); medians; {os.cpu_count()} CPUs, "
+          f"load average {load0[0]:.2f} before")  # fmt: skip
+    rows = []
+    for name, tps in figures.items():
+        n = int(name.split()[-1]) if name.startswith("rmqgate") else 1
+        scale = statistics.median(tps) / (n * one) if name.startswith("rmqgate") else float("nan")
+        rows.append((name, f"{statistics.median(tps):,.0f}", f"{statistics.median(tps) / n:,.0f}",
+                     "-" if scale != scale else f"{scale:.2f}", f"{statistics.median(tps) / java_tps:.2f}",
+                     f"{statistics.median(cpus[name]):.1f}"))  # fmt: skip
+    print_table(["server", "aggregate msg/s", "per broker", "aggregate / (N x 1 broker)", "/ Java", "CPU us/msg"],
+                rows)  # fmt: skip
+    print(
+        f"load average (1 min) {os.getloadavg()[0]:.2f} after; the producer JVM shares the CPUs with the brokers"
+    )
+
+
+class ClusterTarget:
+    """``rmqgate serve --brokers N`` as java_vs_rmqgate.measure's target: stored = all brokers' sum."""
+
+    def __init__(self, server: ServerProcess, count: int, topic: str) -> None:
+        from rmqgate.compat_tests.wire_client import WireClient, loads, wait_until
+        from rmqgate.server.cluster import BROKER_PORT_STEP
+
+        self.server = server
+        self.name = f"rmqgate --brokers {count}"
+        self.namesrv = server.namesrv
+        self.brokers = [f"127.0.0.1:{server.broker_port + BROKER_PORT_STEP * i}" for i in range(count)]
+        self.roots = [server.proc.pid]
+        self._client, self._loads = WireClient, loads
+        for addr in self.brokers:
+            with WireClient(addr) as b:
+                assert b.create_topic(topic, 4).code == 0
+
+        def routed() -> bool:
+            with WireClient(self.namesrv) as ns:
+                resp = ns.route(topic)
+            return resp.code == 0 and len(loads(resp.body)["brokerDatas"]) == count
+
+        if not wait_until(routed, timeout=30):
+            raise SystemExit(f"the bench topic never routed to {count} brokers")
+
+    def stored(self) -> int:
+        total = 0
+        for addr in self.brokers:
+            with self._client(addr, timeout=10) as b:
+                table = self._loads(b.invoke(RequestCode.GET_BROKER_RUNTIME_INFO).body)["table"]
+            total += int(table["msgPutTotalTodayNow"])
+        return total
+
+    def stop(self) -> None:
+        self.server.stop(60)
+
+
 # --- orchestration ----------------------------------------------------------------------------------
 class Server:
     def __init__(self, argv: list[str]) -> None:
@@ -302,8 +410,16 @@ def main() -> None:
     ap.add_argument(
         "--profile", metavar="FILE", help="with --cpu: run the first round's server under cProfile"
     )
+    ap.add_argument(
+        "--brokers", type=int, nargs="+", metavar="N", help="scale-out: rmqgate serve --brokers N for each N"
+    )
+    ap.add_argument("--threads", type=int, default=8, help="--brokers: producer threads per broker")
+    ap.add_argument("--warmup", type=float, default=5.0, help="--brokers: seconds before each window")
     ap.add_argument("--floor-server", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.brokers:
+        scale_out(args)
+        return
     if args.floor_server:
         run_floor_server()
         return

@@ -183,7 +183,10 @@ class Run:
 def measure(target: Target, threads: int, round_no: int, args: argparse.Namespace, log_dir: Path) -> Run:
     producer = Producer(target.namesrv, threads, args.size, log_dir)
     try:
+        stored_before = target.stored()
         time.sleep(args.warmup)
+        # a JVM starting on a loaded machine may not have sent yet: the window opens once it has
+        wait_until(lambda: not producer.alive() or target.stored() > stored_before, timeout=60, interval=0.5)
         if not producer.alive():
             raise SystemExit("benchmark Producer exited early:\n" + "\n".join(producer.tail))
         stored0, cpu0, t0 = target.stored(), cpu_seconds(target.roots), time.monotonic()

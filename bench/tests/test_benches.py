@@ -56,6 +56,11 @@ CASES = [
         ["server CPU per sync 1024 B SEND_MESSAGE_V2 (rocketmq header", "profile of round 1 in p.out"],
     ),
     (
+        "broker.py",
+        ["--brokers", "1", "2", "--seconds", "2", "--warmup", "3", "--rounds", "1", "--threads", "2"],
+        ["aggregate / (N x 1 broker)", "rmqgate --brokers 2", "Java 4.9.8, 1 broker"],
+    ),
+    (
         "features.py",
         ["--seconds", "0.5", "--connections", "1", "--delayed", "200", "--halves", "100"],
         ["floor  plain sends", "transactions (commit)", "check-backs", "delay delivery"],
@@ -82,6 +87,7 @@ CASES = [
     ),
 ]
 #: scripts that run the stock Java servers (compat_tests/java.py): deselected with -m "not java"
+#: (as is broker.py's scale-out case, --brokers)
 NEEDS_JAVA = {"java_vs_rmqgate.py"}
 
 
@@ -92,8 +98,11 @@ def test_every_benchmark_has_a_case() -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("script", "args", "expect"),
-    [pytest.param(*c, marks=pytest.mark.java) if c[0] in NEEDS_JAVA else c for c in CASES],
-    ids=[c[0] + ("-cpu" if "--cpu" in c[1] else "") for c in CASES],
+    [
+        pytest.param(*c, marks=pytest.mark.java) if c[0] in NEEDS_JAVA or "--brokers" in c[1] else c
+        for c in CASES
+    ],
+    ids=[c[0] + ("-cpu" if "--cpu" in c[1] else "-brokers" if "--brokers" in c[1] else "") for c in CASES],
 )
 def test_benchmark_runs_and_reports(script: str, args: list[str], expect: list[str], tmp_path: Path) -> None:
     done = subprocess.run(
