@@ -19,7 +19,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from rmqgate.server.config import BrokerConfig, ConfigError, parse_properties_text
@@ -112,11 +112,17 @@ def write_broker_conf(slot: BrokerSlot, parent_conf: str | None) -> None:
     os.replace(tmp, slot.conf_path)
 
 
-def _die_with_parent() -> None:
-    """In the child before exec: SIGTERM when the supervisor dies (Linux PR_SET_PDEATHSIG), so a
-    killed supervisor leaves no broker behind."""
-    with contextlib.suppress(Exception):
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)
+def _die_with_parent(parent: int) -> Callable[[], None]:
+    """What the child runs before exec: SIGTERM when the supervisor dies (Linux PR_SET_PDEATHSIG), so
+    a killed supervisor leaves no broker behind, and at once if it died before this was set."""
+
+    def arm() -> None:
+        with contextlib.suppress(Exception):
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)
+        if os.getppid() != parent:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return arm
 
 
 class ClusterSupervisor:
@@ -168,11 +174,14 @@ class ClusterSupervisor:
 
     async def _spawn(self, slot: BrokerSlot) -> asyncio.subprocess.Process:
         env = dict(os.environ, PYTHONUNBUFFERED="1")
+        # Its own session: a terminal's Ctrl-C reaches the supervisor only, which stops the brokers
+        # itself (rather than watching them exit and taking that for a crash).
         return await asyncio.create_subprocess_exec(
             *self.command(slot),
             stdout=asyncio.subprocess.PIPE,
             env=env,
-            preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
+            start_new_session=True,
+            preexec_fn=_die_with_parent(os.getpid()) if sys.platform.startswith("linux") else None,
         )
 
     async def _read_ready(self, slot: BrokerSlot, proc: asyncio.subprocess.Process) -> None:

@@ -170,3 +170,68 @@ def test_serve_brokers_restart_on_kill_and_clean_stop(tmp_path: Path) -> None:
             proc.wait()
         if proc.stdout:
             proc.stdout.close()
+
+
+def start_serve(*argv: str) -> tuple[subprocess.Popen[str], list[str]]:
+    """``rmqgate serve`` with ``argv``; the process and the words of its ready line after "ready:"."""
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    cmd = [sys.executable, "-m", "rmqgate.tools.cli", "serve", "--listen", "127.0.0.1", *argv]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    if not line.startswith("rmqgate ready:"):
+        proc.kill()
+        proc.wait()
+        raise AssertionError(f"no ready line: {line!r}")
+    return proc, line.split()[2:]
+
+
+def stop_serve(proc: subprocess.Popen[str]) -> None:
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+    if proc.stdout:
+        proc.stdout.close()
+
+
+@pytest.mark.slow
+def test_brokers_of_a_host_against_a_shared_namesrv_die_with_a_killed_supervisor(tmp_path: Path) -> None:
+    """``--role broker --brokers 2 --namesrv-addr``: the brokers of one host register with a name
+    server elsewhere. SIGKILL to their supervisor takes them down too, cleanly (none is left orphaned);
+    started again they serve the same stores, and SIGINT stops them cleanly."""
+    conf = tmp_path / "broker.conf"
+    conf.write_text("brokerClusterName = HostCluster\nbrokerName = host-a\n")
+    ns, ns_words = start_serve("--role", "namesrv", "--namesrv-port", "0", "--store", str(tmp_path / "ns"))
+    namesrv = ns_words[1]
+    port = free_port()
+    argv = ("--role", "broker", "--brokers", "2", "--namesrv-addr", namesrv, "--broker-port", str(port),
+            "--conf", str(conf), "--store", str(tmp_path / "s"))  # fmt: skip
+    want = {"host-a-0": f"127.0.0.1:{port}", "host-a-1": f"127.0.0.1:{port + BROKER_PORT_STEP}"}
+    try:
+        sup, words = start_serve(*argv)
+        try:
+            assert words == ["broker", want["host-a-0"], "broker", want["host-a-1"]]
+            assert wait_until(lambda: registered(namesrv, "HostCluster") == want, timeout=30)
+            children = broker_pids(sup.pid)
+            assert len(children) == 2
+            sup.kill()
+            sup.wait()
+            assert wait_until(lambda: not any(Path(f"/proc/{p}").exists() for p in children), timeout=60)
+            assert wait_until(lambda: registered(namesrv, "HostCluster") == {}, timeout=30)
+        finally:
+            stop_serve(sup)
+        # the brokers were sent SIGTERM when their supervisor died: they stopped cleanly
+        assert not any((tmp_path / "s" / f"broker-{i}" / "abort").exists() for i in range(2))
+        sup, words = start_serve(*argv)
+        try:
+            assert wait_until(lambda: registered(namesrv, "HostCluster") == want, timeout=30)
+            sup.send_signal(signal.SIGINT)
+            assert sup.wait(60) == 0
+            assert not any((tmp_path / "s" / f"broker-{i}" / "abort").exists() for i in range(2))
+            assert wait_until(lambda: registered(namesrv, "HostCluster") == {}, timeout=30)
+        finally:
+            stop_serve(sup)
+    finally:
+        ns.terminate()
+        ns.wait(30)
+        stop_serve(ns)
