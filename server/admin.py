@@ -65,6 +65,9 @@ if TYPE_CHECKING:
 
 R = RequestCode
 log = logging.getLogger("rmqgate.server.admin")
+
+#: The most read or write queues a topic may be created with: admin answers loop over a topic's queues.
+MAX_TOPIC_QUEUE_NUMS = 1024
 _LANG = {int(lang): lang.name for lang in LanguageCode}
 LMQ_PREFIX = "%LMQ%"
 # StoreStatsService's put-latency buckets, as putMessageDistributeTime lists them
@@ -192,6 +195,12 @@ class AdminBrokerProcessor(RequestProcessor):
         filter_type = h.topic_filter_type or "SINGLE_TAG"
         if filter_type not in ("SINGLE_TAG", "MULTI_TAG"):  # CreateTopicRequestHeader.checkFields
             return req.response(ResponseCode.SYSTEM_ERROR, f"topicFilterType = [{filter_type}] value invalid")
+        for what, nums in (("readQueueNums", h.read_queue_nums), ("writeQueueNums", h.write_queue_nums)):
+            if not 0 <= nums <= MAX_TOPIC_QUEUE_NUMS:
+                # 4.9.8 takes any int, and its next consumerProgress loops over 2^31 queues: refused here
+                return req.response(
+                    ResponseCode.SYSTEM_ERROR, f"{what} {nums} is out of range [0, {MAX_TOPIC_QUEUE_NUMS}]"
+                )
         # the header's order flag is not taken: the name server's ORDER_TOPIC_CONFIG decides (Java)
         tc = topic_config(
             h.topic, h.read_queue_nums, h.write_queue_nums, h.perm,

@@ -209,6 +209,22 @@ async def test_missing_is_force_order_and_default_topic_are_tolerated(Broker) ->
 
 
 @async_test
+async def test_absurd_queue_counts_are_refused(Broker) -> None:
+    """A topic of 2^31 read queues would make every later consumerProgress loop over them all: refused,
+    as is a negative count; the limit itself is taken."""
+    async with Broker() as b:
+        c = await b.client()
+        for read, write in ((2147483647, 4), (4, 1 << 20), (-1, 4)):
+            resp = await c.invoke(create_topic("Absurd", read, write))
+            assert resp.code == ResponseCode.SYSTEM_ERROR and "out of range" in (resp.remark or ""), resp
+        assert b.broker.topics.get("Absurd") is None
+        assert (await c.invoke(create_topic("Absurd", 1024, 1024))).code == ResponseCode.SUCCESS
+        stats = RemotingCommand.request(R.GET_CONSUME_STATS, {"consumerGroup": "G", "topic": "Absurd"})
+        assert (await c.invoke(stats)).code == ResponseCode.SUCCESS
+        await c.aclose()
+
+
+@async_test
 async def test_all_producer_info(Broker) -> None:
     """GET_ALL_PRODUCER_INFO (mqadmin producer): ProducerTableInfo, producer group -> its clients."""
     async with Broker() as b:
