@@ -352,6 +352,11 @@ class AdminBrokerProcessor(RequestProcessor):
         config = SubscriptionGroupConfig.from_json(req.body)
         if not config.group_name:
             raise BodyError("SubscriptionGroupConfig: groupName is missing")
+        if not 0 <= config.retry_queue_nums <= MAX_TOPIC_QUEUE_NUMS:  # the group's %RETRY% topic's queues
+            return req.response(
+                ResponseCode.SYSTEM_ERROR,
+                f"retryQueueNums {config.retry_queue_nums} is out of range [0, {MAX_TOPIC_QUEUE_NUMS}]",
+            )
         self.broker.subscription_groups.put(config.to_obj())
         return req.response(ResponseCode.SUCCESS)
 

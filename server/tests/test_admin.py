@@ -221,6 +221,9 @@ async def test_absurd_queue_counts_are_refused(Broker) -> None:
         assert (await c.invoke(create_topic("Absurd", 1024, 1024))).code == ResponseCode.SUCCESS
         stats = RemotingCommand.request(R.GET_CONSUME_STATS, {"consumerGroup": "G", "topic": "Absurd"})
         assert (await c.invoke(stats)).code == ResponseCode.SUCCESS
+        group = json.dumps({"groupName": "AbsurdG", "retryQueueNums": 2147483647}).encode()
+        resp = await c.invoke(RemotingCommand.request(R.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=group))
+        assert resp.code == ResponseCode.SYSTEM_ERROR and "retryQueueNums" in (resp.remark or ""), resp
         await c.aclose()
 
 
