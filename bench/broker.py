@@ -8,8 +8,10 @@ The server runs in its own process (``rmqgate serve``), the load generator here.
 Run: ``.venv/bin/python bench/broker.py [--connections 16] [--seconds 8] [--size 1024] [--rounds 2]``
 
 ``--cpu N [--serialize rocketmq] [--profile FILE]`` measures instead the server's CPU time per message
-(its process tree's utime + stime from /proc over N sync sends), a figure the other load on a shared
-machine hardly moves; ``--profile`` runs the first round's server under cProfile.
+(its process tree's utime + stime from /proc over N sync sends); ``--profile`` runs the first round's
+server under cProfile. On a shared machine other load still moves that figure (how many requests
+each event-loop round finds): ``--cpu N --in-process`` feeds the frames to a broker in this process
+and reports the loop thread's CPU time per send, the broker's own work without sockets or loop.
 
 ``--brokers 1 2 ... [--threads T] [--warmup W]`` measures the scale-out instead: ``rmqgate serve
 --brokers N`` (one broker process each, one cluster, a topic of 4 queues on every broker) driven by
@@ -212,8 +214,8 @@ async def counted_sends(port: int, connections: int, count: int, size: int, seri
 
 
 def cpu_per_message(args: argparse.Namespace) -> None:
-    """The broker process tree's CPU time (utime + stime from /proc) per sync send: unlike sends/s, it
-    hardly depends on what else runs on the machine. With ``--profile`` the server runs under cProfile."""
+    """The broker process tree's CPU time (utime + stime from /proc) per sync send: less dependent on
+    what else runs on the machine than sends/s. With ``--profile`` the server runs under cProfile."""
     serialize_type = SerializeType[args.serialize.upper()]
     figures: list[float] = []
     for n in range(args.rounds):
@@ -395,6 +397,70 @@ def pct(values: list[float], q: float) -> float:
     return values[min(len(values) - 1, int(q * len(values)))] * 1000
 
 
+class _NullTransport(asyncio.Transport):
+    """Counts the responses a channel writes and drops them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes = 0
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        self.writes += 1
+
+    def get_extra_info(self, name: str, default: object = None) -> object:
+        return ("127.0.0.1", 40000) if name in ("peername", "sockname") else default
+
+    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
+        pass
+
+    def is_closing(self) -> bool:
+        return False
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+
+async def in_process_sends(args: argparse.Namespace) -> list[float]:
+    """Microseconds of the loop thread's CPU (``thread_time``) per send, each round's frames fed one by
+    one to a connection of a broker in this process (no sockets, no event-loop rounds): the broker's
+    own work per request - frame and header decode, send processor, store append, response encode -
+    which, unlike the server process's CPU time, the other load on a shared machine hardly moves."""
+    from rmqgate.server.broker import BrokerController
+    from rmqgate.server.config import BrokerConfig
+    from rmqgate.server.remoting import Channel
+
+    serialize_type = SerializeType[args.serialize.upper()]
+    frames = [send_frame("BenchCpu", i % 4, args.size, None, serialize_type) for i in range(16)]
+    figures: list[float] = []
+    with tempfile.TemporaryDirectory(prefix="rmqgate-bench-") as tmp:
+        config = BrokerConfig(brokerName="bench", listenPort=0, brokerIP1="127.0.0.1", storePathRootDir=tmp)
+        broker = BrokerController(config, listen_host="127.0.0.1")
+        await broker.start()
+        try:
+            channel = Channel(broker.server.table)
+            transport = _NullTransport()
+            channel.connection_made(transport)
+            for frame in frames:  # creates the topic (answered once registered)
+                channel.data_received(frame)
+            while transport.writes < len(frames):
+                await asyncio.sleep(0.01)
+            for _ in range(args.rounds):
+                t0 = time.thread_time()
+                for i in range(args.cpu):
+                    channel.data_received(frames[i & 15])
+                figures.append((time.thread_time() - t0) / args.cpu * 1e6)
+                await asyncio.sleep(0)
+            assert transport.writes == len(frames) * (1 + args.rounds * args.cpu // len(frames)), (
+                transport.writes
+            )
+        finally:
+            await broker.stop()
+    return figures
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--connections", type=int, default=16)
@@ -411,6 +477,11 @@ def main() -> None:
         "--profile", metavar="FILE", help="with --cpu: run the first round's server under cProfile"
     )
     ap.add_argument(
+        "--in-process",
+        action="store_true",
+        help="with --cpu: the broker's own work per send, in this process",
+    )
+    ap.add_argument(
         "--brokers", type=int, nargs="+", metavar="N", help="scale-out: rmqgate serve --brokers N for each N"
     )
     ap.add_argument("--threads", type=int, default=8, help="--brokers: producer threads per broker")
@@ -422,6 +493,12 @@ def main() -> None:
         return
     if args.floor_server:
         run_floor_server()
+        return
+    if args.cpu and args.in_process:
+        figures = asyncio.run(in_process_sends(args))
+        print(f"in process, loop thread CPU per {args.size} B SEND_MESSAGE_V2 ({args.serialize} header): "
+              f"min {min(figures):.2f} us, median {statistics.median(figures):.2f} us over {len(figures)} "
+              f"rounds of {args.cpu}")  # fmt: skip
         return
     if args.cpu:
         cpu_per_message(args)

@@ -57,6 +57,11 @@ CASES = [
     ),
     (
         "broker.py",
+        ["--cpu", "200", "--in-process", "--rounds", "2", "--serialize", "rocketmq"],
+        ["in process, loop thread CPU per 1024 B SEND_MESSAGE_V2 (rocketmq header): min"],
+    ),
+    (
+        "broker.py",
         ["--brokers", "1", "2", "--seconds", "2", "--warmup", "3", "--rounds", "1", "--threads", "2"],
         ["aggregate / (N x 1 broker)", "rmqgate --brokers 2", "Java 4.9.8, 1 broker"],
     ),
@@ -91,6 +96,13 @@ CASES = [
 NEEDS_JAVA = {"java_vs_rmqgate.py"}
 
 
+def _case_id(script: str, args: list[str]) -> str:
+    for flag in ("--in-process", "--cpu", "--brokers"):
+        if flag in args:
+            return script + "-" + flag[2:]
+    return script
+
+
 def test_every_benchmark_has_a_case() -> None:
     assert {p.name for p in BENCH.glob("[!_]*.py")} == {script for script, _, _ in CASES}
 
@@ -102,7 +114,7 @@ def test_every_benchmark_has_a_case() -> None:
         pytest.param(*c, marks=pytest.mark.java) if c[0] in NEEDS_JAVA or "--brokers" in c[1] else c
         for c in CASES
     ],
-    ids=[c[0] + ("-cpu" if "--cpu" in c[1] else "-brokers" if "--brokers" in c[1] else "") for c in CASES],
+    ids=[_case_id(c[0], c[1]) for c in CASES],
 )
 def test_benchmark_runs_and_reports(script: str, args: list[str], expect: list[str], tmp_path: Path) -> None:
     done = subprocess.run(
