@@ -245,6 +245,31 @@ def wait_ha_attached(pair: Pair, master: Broker) -> None:
     assert attached, f"no slave connected to the master's HA port {master.ha_port}\n{pair.log_tails()}"
 
 
+def committed_offsets(addr: str, topic: str, group: str) -> dict[int, int]:
+    """QUERY_CONSUMER_OFFSET of each queue (-1: none committed)."""
+    offsets = {}
+    with WireClient(addr, timeout=5) as c:
+        for q in range(QUEUES):
+            header = {"consumerGroup": group, "topic": topic, "queueId": q}
+            resp = c.invoke(RequestCode.QUERY_CONSUMER_OFFSET, header)
+            offsets[q] = int(resp.ext_fields["offset"]) if resp.code == 0 else -1
+    return offsets
+
+
+def wait_sync_ok(pair: Pair, master: Broker) -> None:
+    """Probe sends (to a topic of their own) until the SYNC_MASTER answers one SEND_OK: the slave is
+    attached and has reported its offset. A Java slave reports it first haSendHeartbeatInterval (5 s)
+    after connecting (HAClient.connectMaster sets lastWriteTimestamp), so a send in between waits for
+    syncFlushTimeout (5 s) and is answered FLUSH_SLAVE_TIMEOUT."""
+    wait_ha_attached(pair, master)
+
+    def probe() -> bool:
+        with WireClient(master.addr, timeout=15) as c:
+            return c.send_message("HaProbe", b"probe", queue_id=0).code == 0
+
+    assert wait_until(probe, timeout=60, interval=0.5), f"no SEND_OK from {master.addr}\n{pair.log_tails()}"
+
+
 def has_topic(addr: str, topic: str) -> bool:
     try:
         with WireClient(addr, timeout=5) as c:
@@ -325,7 +350,7 @@ def test_sync_master_slave_survives_master_kill(
     slave = pair.start_broker(slave_kind, "slave", broker_id=1, role="SLAVE", ha_master=master.ha_addr)
     pair.wait_registered({"0": master.addr, "1": slave.addr})
     create_topic_seen_by_slave(pair, master, slave, topic)
-    wait_ha_attached(pair, master)
+    wait_sync_ok(pair, master)
 
     produced = client(
         classes, pair, "HaProduce", {"topic": topic, "group": uniq("pg"), "count": COUNT}
@@ -345,9 +370,16 @@ def test_sync_master_slave_survives_master_kill(
     assert tail == bytes(len(tail)), "the master's CommitLog holds bytes past the slave's max offset"
 
     pair.wait_registered({"1": slave.addr})
-    got = consume_all(classes, pair, topic, uniq("cg"), [r[0] for r in sent])
+    group = uniq("cg")
+    got = consume_all(classes, pair, topic, group, [r[0] for r in sent])
     assert by_position(got, 2) == by_position(sent, 3), "the slave served other messages or offsets"
     assert len(got) == len(sent), f"{len(got) - len(sent)} deliveries repeated"
+    # with no master the consumer committed its offsets to the slave (findBrokerAddressInAdmin)
+    per_queue = {q: sum(1 for r in sent if r[3] == q) for q in range(QUEUES)}
+    committed = wait_until(lambda: committed_offsets(slave.addr, topic, group) == per_queue, timeout=10)
+    assert committed, (
+        f"the slave holds offsets {committed_offsets(slave.addr, topic, group)}, not {per_queue}"
+    )
 
     restarted = pair.start_broker(
         master_kind,
@@ -358,7 +390,7 @@ def test_sync_master_slave_survives_master_kill(
         port=master.port,
     )
     pair.wait_registered({"0": restarted.addr, "1": slave.addr})
-    wait_ha_attached(pair, restarted)  # the slave's HAClient reconnects every 5 s
+    wait_sync_ok(pair, restarted)  # the slave's HAClient reconnects every 5 s
     after = client(
         classes, pair, "HaProduce", {"topic": topic, "group": uniq("pg"), "count": 20, "prefix": "after"}
     ).result()
