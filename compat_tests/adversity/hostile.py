@@ -322,6 +322,7 @@ class Tally:
     unexpected_close: list[str] = dataclasses.field(default_factory=list)
     connect_errors: int = 0
     codes: collections.Counter[int] = dataclasses.field(default_factory=collections.Counter)
+    families: collections.Counter[int] = dataclasses.field(default_factory=collections.Counter)
     ends: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
 
 
@@ -335,6 +336,7 @@ async def run_batch(addr: tuple[str, int], batch: Batch, tally: Tally, read_time
     tally.frames += batch.frames
     tally.bytes_sent += len(batch.data)
     tally.ends[batch.end] += 1
+    tally.families.update(batch.families)
     waiting = set(batch.expected)
     decoder = FrameDecoder()
     eof = False
@@ -382,6 +384,7 @@ async def send_all(
     connections: int,
     read_timeout: float,
     rate: float = 0.0,
+    max_hangs: int = 20,
 ) -> Tally:
     """Every batch on a connection of its own, ``connections`` at a time; ``rate``: frames/s (0: flat out)."""
     tally = Tally()
@@ -392,6 +395,8 @@ async def send_all(
     async def worker() -> None:
         nonlocal scheduled
         for batch in batches:  # a shared iterator: each batch is taken by one worker
+            if len(tally.hangs) >= max_hangs:
+                return  # the server stopped answering: what follows would only wait out more deadlines
             if rate:
                 at = began + scheduled / rate
                 scheduled += batch.frames
@@ -416,6 +421,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--connections", type=int, default=48)
     ap.add_argument("--read-timeout", type=float, default=30.0)
+    ap.add_argument("--max-hangs", type=int, default=20, help="stop after this many hangs")
     ap.add_argument("--rate", type=float, default=0.0, help="frames/s this process sends (0: flat out)")
     ap.add_argument("--chunk", type=int, default=50_000, help="frames built in bulk before each send round")
     args = ap.parse_args(argv)
@@ -429,13 +435,17 @@ def main(argv: list[str] | None = None) -> int:
         batches = list(build_batches(seed, n))
         build_s += time.monotonic() - began
         began = time.monotonic()
-        tally = asyncio.run(send_all(addrs, iter(batches), args.connections, args.read_timeout, args.rate))
+        tally = asyncio.run(
+            send_all(addrs, iter(batches), args.connections, args.read_timeout, args.rate, args.max_hangs)
+        )
         send_s += time.monotonic() - began
         for f in dataclasses.fields(Tally):
             a, b = getattr(total, f.name), getattr(tally, f.name)
             setattr(total, f.name, a + b)
         left -= n
         seed += 1_000_003
+        if len(total.hangs) >= args.max_hangs:
+            break
     out: dict[str, Any] = {f.name: getattr(total, f.name) for f in dataclasses.fields(Tally)}
     out["ends"] = dict(total.ends)
     out["hangs"] = total.hangs[:20]
@@ -443,6 +453,7 @@ def main(argv: list[str] | None = None) -> int:
     out["unexpected_close"] = total.unexpected_close[:20]
     out["unexpected_close_count"] = len(total.unexpected_close)
     out["codes"] = {str(k): v for k, v in total.codes.items()}
+    out["families"] = {str(k): v for k, v in total.families.items()}
     out["build_s"] = round(build_s, 2)
     out["send_s"] = round(send_s, 2)
     print("HOSTILE " + json.dumps(out), flush=True)

@@ -34,12 +34,12 @@ def log_excerpt(path: Path | None, lines: int = 60) -> str:
     return "\n".join(text[max(0, first - 3) : first + lines])
 
 
-def rss_kib(pid: int) -> int:
-    """Resident set size of a process, KiB (VmRSS of /proc/PID/status)."""
+def rss_kib(pid: int, field: str = "VmRSS") -> int:
+    """Resident set size of a process, KiB (``VmRSS`` of /proc/PID/status; ``VmHWM``: its peak)."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
+        if line.startswith(field + ":"):
             return int(line.split()[1])
-    raise RuntimeError(f"no VmRSS for pid {pid}")
+    raise RuntimeError(f"no {field} for pid {pid}")
 
 
 def percentile(values: Sequence[float], q: float) -> float:

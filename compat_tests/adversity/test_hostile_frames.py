@@ -18,7 +18,14 @@ from pathlib import Path
 
 import pytest
 
-from rmqgate.compat_tests.adversity.probes import log_excerpt, log_problems, sends_per_second, steady_load
+from rmqgate.compat_tests.adversity.hostile import templates
+from rmqgate.compat_tests.adversity.probes import (
+    log_excerpt,
+    log_problems,
+    rss_kib,
+    sends_per_second,
+    steady_load,
+)
 from rmqgate.compat_tests.servers import ServerProcess
 from rmqgate.compat_tests.wire_client import WireClient, create_routed_topic
 from rmqgate.wire.codes import RequestCode
@@ -61,6 +68,7 @@ def test_hostile_frames_beside_java_clients(tmp_path: Path, steady_classes: Path
         server.wait_ready()
         topic = create_routed_topic(server.broker, server.namesrv, "SteadyT", 4)
         with steady_load(steady_classes, server.namesrv, topic, tmp_path / "steady") as load:
+            rss_quiet = rss_kib(server.proc.pid)
             quiet = (time.time(), time.time() + QUIET_S)
             time.sleep(QUIET_S)
             began = time.time()
@@ -73,6 +81,7 @@ def test_hostile_frames_beside_java_clients(tmp_path: Path, steady_classes: Path
                 tallies.append(json.loads(line[len("HOSTILE ") :]))
             hostile = (began, time.time())
             alive_after = server.proc.poll() is None and answers(server.namesrv) and answers(server.broker)
+            rss_peak = rss_kib(server.proc.pid, "VmHWM")
         result = load.result
     finally:
         server.stop()
@@ -81,6 +90,7 @@ def test_hostile_frames_beside_java_clients(tmp_path: Path, steady_classes: Path
     hangs = [h for t in tallies for h in t["hangs"]]
     unexpected = [u for t in tallies for u in t["unexpected_close"]]
     connect_errors = sum(t["connect_errors"] for t in tallies)
+    families = {code for t in tallies for code in t["families"]}
     data = result.get("data", {})
     quiet_rate = sends_per_second(data.get("sends", []), *quiet)
     loaded_rate = sends_per_second(data.get("sends", []), *hostile)
@@ -92,6 +102,7 @@ def test_hostile_frames_beside_java_clients(tmp_path: Path, steady_classes: Path
         ["figure", "value"],
         [
             ["frames sent", sums["frames"]],
+            ["request codes among them (random bytes aside)", len(families - {"-1"})],
             ["connections (batches)", sums["batches"]],
             ["hostile frames/s", round(sums["frames"] / elapsed)],
             ["requests answered", sums["answered"]],
@@ -103,6 +114,7 @@ def test_hostile_frames_beside_java_clients(tmp_path: Path, steady_classes: Path
             ["Java sends/s, under hostile load", round(loaded_rate, 1)],
             ["Java messages sent / consumed", f"{data.get('sent')} / {data.get('consumed')}"],
             ["Java send failures", data.get("failures")],
+            ["server RSS MiB: quiet / peak", f"{rss_quiet // 1024} / {rss_peak // 1024}"],
             ["server log: tracebacks / ERROR lines", "{} / {}".format(*log_problems(server.log_path))],
         ],
     )
@@ -112,6 +124,8 @@ def test_hostile_frames_beside_java_clients(tmp_path: Path, steady_classes: Path
     assert not unexpected, unexpected[:5]
     assert connect_errors == 0
     assert sums["frames"] == FRAMES // SENDERS * SENDERS
+    if FRAMES >= 20_000:  # enough for every family to come up
+        assert {str(t.code) for t in templates()} <= families, "a request family was never sent"
     assert "exception" not in result, result.get("traceback")
     assert all(c["ok"] for c in result["checks"]), result["checks"]
     assert data["sent"] > 0 and data["consumed"] >= data["sent"]
