@@ -216,7 +216,7 @@ class ClusterSupervisor:
             if time.monotonic() - started >= self.stable_run:
                 delay = self.backoff_first
             log.warning(
-                "broker %s (pid %d) exited with %s; restarting in %.1f s", slot.name, proc.pid, code, delay
+                "broker %s (pid %d) exited with %s; restarting in %.3g s", slot.name, proc.pid, code, delay
             )
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stopping.wait(), delay)
@@ -231,12 +231,14 @@ class ClusterSupervisor:
         for proc in procs:
             with contextlib.suppress(ProcessLookupError):
                 proc.send_signal(signal.SIGTERM)
-        for proc in procs:
-            try:
-                await asyncio.wait_for(proc.wait(), self.stop_grace)
-            except TimeoutError:
-                log.error("broker pid %d did not stop in %.0f s; killing it", proc.pid, self.stop_grace)
-                with contextlib.suppress(ProcessLookupError):
-                    proc.kill()
-                await proc.wait()
+        await asyncio.gather(*(self._reap(proc) for proc in procs))
         await asyncio.gather(*self._watchers, return_exceptions=True)
+
+    async def _reap(self, proc: asyncio.subprocess.Process) -> None:
+        try:
+            await asyncio.wait_for(proc.wait(), self.stop_grace)
+        except TimeoutError:
+            log.error("broker pid %d did not stop in %.0f s; killing it", proc.pid, self.stop_grace)
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            await proc.wait()

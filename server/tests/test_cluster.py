@@ -7,6 +7,8 @@ SIGTERM to the parent stops every broker cleanly (unregistered, abort files remo
 from __future__ import annotations
 
 import argparse
+import asyncio
+import logging
 import os
 import signal
 import subprocess
@@ -17,9 +19,17 @@ import pytest
 
 from rmqgate.compat_tests.servers import free_port
 from rmqgate.compat_tests.wire_client import WireClient, wait_until
-from rmqgate.server.cluster import BROKER_PORT_STEP, PROCESSES_KEY, plan_brokers, write_broker_conf
+from rmqgate.server.cluster import (
+    BROKER_PORT_STEP,
+    PROCESSES_KEY,
+    BrokerSlot,
+    ClusterSupervisor,
+    plan_brokers,
+    write_broker_conf,
+)
 from rmqgate.server.config import BrokerConfig, ConfigError, load_broker_conf, parse_properties_text
 from rmqgate.server.main import add_arguments, broker_processes, build_config
+from rmqgate.server.testing import async_test
 from rmqgate.wire.message import iter_messages
 
 
@@ -94,6 +104,63 @@ def test_brokers_flag_conf_key_and_auto(tmp_path: Path) -> None:
     for bad in (("--brokers", "many"), ("--brokers", "-1"), ("--brokers", "2", "--role", "namesrv")):
         with pytest.raises(ConfigError):
             count(*bad)
+
+
+class ScriptSupervisor(ClusterSupervisor):
+    """Runs a Python one-liner in place of each broker."""
+
+    def __init__(self, slots: list[BrokerSlot], script: str, **kw: float) -> None:
+        super().__init__(slots, parent_conf=None, **kw)  # type: ignore[arg-type]
+        self.script = script
+
+    def command(self, slot: BrokerSlot) -> list[str]:
+        return [sys.executable, "-c", self.script]
+
+
+READY = "print('rmqgate ready: broker 127.0.0.1:1', flush=True); "
+
+
+@async_test
+async def test_a_broker_that_keeps_exiting_is_restarted_with_doubling_backoff(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    slots = plan_brokers(BrokerConfig(listenPort=0, storePathRootDir=str(tmp_path)), 1)
+    sup = ScriptSupervisor(
+        slots, READY + "import time; time.sleep(0.05)", backoff_first=0.02, backoff_max=0.08, stable_run=3600
+    )
+    with caplog.at_level(logging.WARNING, "rmqgate.server.cluster"):
+        assert await sup.start() == ["127.0.0.1:1"]
+        while slots[0].restarts < 5:
+            await asyncio.sleep(0.05)
+        await sup.stop()
+    delays = [
+        r.getMessage().rsplit("restarting in ", 1)[1]
+        for r in caplog.records
+        if "restarting" in r.getMessage()
+    ]
+    assert delays[:5] == ["0.02 s", "0.04 s", "0.08 s", "0.08 s", "0.08 s"]  # doubling up to the cap
+    assert slots[0].proc is not None and slots[0].proc.returncode is not None
+
+
+@async_test
+async def test_stop_kills_a_broker_that_ignores_sigterm_after_the_grace(tmp_path: Path) -> None:
+    slots = plan_brokers(BrokerConfig(listenPort=0, storePathRootDir=str(tmp_path)), 2)
+    script = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); " + READY + "time.sleep(60)"
+    sup = ScriptSupervisor(slots, script, stop_grace=0.5)
+    await sup.start()
+    await sup.stop()
+    assert [s.proc.returncode for s in slots if s.proc] == [-9, -9]
+    assert [s.restarts for s in slots] == [0, 0]
+
+
+@async_test
+async def test_a_broker_that_fails_to_start_fails_the_cluster_start(tmp_path: Path) -> None:
+    slots = plan_brokers(BrokerConfig(listenPort=0, storePathRootDir=str(tmp_path)), 2)
+    sup = ScriptSupervisor(slots, "import sys; sys.exit(3)")
+    with pytest.raises(OSError, match="brokers not ready"):
+        await sup.start()
+    codes = [s.proc.returncode for s in slots if s.proc is not None]
+    assert len(codes) == 2 and 3 in codes and None not in codes  # the other one was stopped with it
 
 
 def registered(namesrv: str, cluster: str) -> dict[str, str]:
