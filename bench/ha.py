@@ -60,12 +60,15 @@ async def wait_replicating(master: int, slave: int, timeout: float = 30.0) -> No
     s = await RemotingClient.connect("127.0.0.1", slave)
     probe = FrameDecoder().feed(send_frame(TOPIC, 0, 64))[0]
     try:
-        while loop.time() < deadline:
-            resp = await m.invoke(probe, 5.0)
-            if resp.code == ResponseCode.SUCCESS and await max_offset(s) >= await max_offset(m):
-                return
+        while (await m.invoke(probe, 5.0)).code != ResponseCode.SUCCESS:
+            if loop.time() > deadline:
+                raise SystemExit("the master never took a send (no slave connected?)")
             await asyncio.sleep(0.2)
-        raise SystemExit("the slave never caught up with the master")
+        end = await max_offset(m)
+        while await max_offset(s) < end:
+            if loop.time() > deadline:
+                raise SystemExit("the slave never caught up with the master")
+            await asyncio.sleep(0.05)
     finally:
         m.close()
         s.close()
