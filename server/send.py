@@ -297,7 +297,8 @@ class SendMessageProcessor(RequestProcessor):
         code = _PUT_WITH_HEADER.get(status)
         if code is None:
             code, remark = _PUT_ERRORS.get(status, (ResponseCode.SYSTEM_ERROR, status.value))
-            if status is PutMessageStatus.SERVICE_NOT_AVAILABLE:  # the partitions' use, as diskUtil() quotes it
+            # the partitions' use, as diskUtil() quotes it
+            if status is PutMessageStatus.SERVICE_NOT_AVAILABLE:
                 remark %= disk_util(self.store)
             return request.response(code, remark)
         return request.response(
