@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-import re
+import operator
 import struct
 from collections.abc import Callable
 
@@ -230,7 +230,8 @@ def _decode_ext_fields(data: bytes, pos: int, stop: int) -> dict[str, str]:
         ext[data[pos:key_end].decode()] = data[value_start:value_end].decode()
         lengths += (klen, vlen)
         pos = value_end
-    if pos == stop and len(ext) * 2 == len(lengths):  # no key twice
+    # no key twice; two entries or more (an itemgetter of one slice returns no tuple)
+    if pos == stop and len(ext) * 2 == len(lengths) > 2:
         seen = tuple(lengths)
         size = stop - start
         if _ext_candidates.get(size) == seen:
@@ -248,36 +249,32 @@ class _ExtLayout:
     """One extFields layout: its keys in order and the byte length of every value. Producers send the
     same keys in the same order, and mostly values of the same lengths, request after request. In
     such a map everything but the values is the same bytes (each entry's key length, key and value
-    length), so one regular-expression match checks all of it and takes all the values."""
+    length), so one ``itemgetter`` call compares all of it and another takes all the values."""
 
-    __slots__ = ("keys", "match_bytes", "match_text")
+    __slots__ = ("fixed", "fixed_parts", "keys", "values")
 
     def __init__(self, region: bytes, lengths: tuple[int, ...], ext: dict[str, str]) -> None:
-        parts: list[bytes] = []
+        fixed: list[slice] = []
+        values: list[slice] = []
         pos = 0
         for klen, vlen in zip(lengths[0::2], lengths[1::2], strict=True):
             value_start = pos + _KEY_LEN_SIZE + klen + _VALUE_LEN_SIZE
-            parts.append(re.escape(region[pos:value_start]) + b"(.{%d})" % vlen)
+            fixed.append(slice(pos, value_start))
+            values.append(slice(value_start, value_start + vlen))
             pos = value_start + vlen
-        pattern = b"".join(parts)
-        self.match_bytes = re.compile(pattern, re.DOTALL).fullmatch
-        # an ASCII map is matched as text, its values taken as str at once; where the lengths' bytes
-        # are not ASCII themselves, no ASCII map can have this layout
-        self.match_text = re.compile(pattern.decode(), re.DOTALL).fullmatch if pattern.isascii() else None
+        self.fixed = operator.itemgetter(*fixed)
+        self.fixed_parts = self.fixed(region)
+        self.values = operator.itemgetter(*values)
         self.keys = tuple(ext)
 
     def decode(self, region: bytes) -> dict[str, str] | None:
         """The map in ``region`` if it has this layout (None otherwise, or where the values hold a NUL
         or bad UTF-8: the entry-by-entry decoder takes those)."""
-        if region.isascii():
-            if self.match_text is None:
-                return None
-            match = self.match_text(region.decode("ascii"))
-            return None if match is None else dict(zip(self.keys, match.groups(), strict=True))
-        match = self.match_bytes(region)
-        if match is None:
+        if self.fixed(region) != self.fixed_parts:
             return None
-        values = match.groups()
+        if region.isascii():  # a byte per character: the same slices of the text are the values
+            return dict(zip(self.keys, self.values(region.decode("ascii")), strict=True))
+        values = self.values(region)
         joined = b"\0".join(values)
         if joined.count(0) != len(values) - 1:
             return None

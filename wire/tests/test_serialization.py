@@ -120,3 +120,12 @@ def test_a_known_layout_with_bad_utf8_or_other_keys_is_decoded_entry_by_entry() 
     nul = {**ext, "b": "Topic\x00Tst"}
     assert decode_rocketmq_header(_rocketmq_header(nul)).ext_fields == nul
     assert decode_rocketmq_header(header).ext_fields == ext
+
+
+def test_a_large_map_and_a_one_entry_map_repeat_like_any_other() -> None:
+    large = {f"key{i}": "v" * (i % 5) for i in range(3000)}
+    single = {"topic": "TopicTest"}
+    for ext in (large, single, large, single):
+        header = _rocketmq_header(ext)
+        for _ in range(3):
+            assert decode_rocketmq_header(header).ext_fields == ext
