@@ -230,8 +230,9 @@ def _decode_ext_fields(data: bytes, pos: int, stop: int) -> dict[str, str]:
         ext[data[pos:key_end].decode()] = data[value_start:value_end].decode()
         lengths += (klen, vlen)
         pos = value_end
-    # no key twice; two entries or more (an itemgetter of one slice returns no tuple)
-    if pos == stop and len(ext) * 2 == len(lengths) > 2:
+    # no key twice; two entries or more (an itemgetter of one slice returns no tuple) and a bounded
+    # number (a layout's slices stay in memory)
+    if pos == stop and len(ext) * 2 == len(lengths) and 2 <= len(ext) <= _MAX_LAYOUT_ENTRIES:
         seen = tuple(lengths)
         size = stop - start
         if _ext_candidates.get(size) == seen:
@@ -285,6 +286,7 @@ class _ExtLayout:
 
 
 _MAX_EXT_LAYOUTS = 64
+_MAX_LAYOUT_ENTRIES = 64  # request headers have well under 64 fields
 #: extFields layouts by the map's byte length: the last layout seen twice in a row at that length
 _ext_layouts: dict[int, _ExtLayout] = {}
 _ext_candidates: dict[int, tuple[int, ...]] = {}  # by the map's byte length: the last layout seen
