@@ -372,6 +372,9 @@ def test_sync_master_slave_survives_master_kill(
     beyond = [r[0] for r in sent if phy_offset(r[5]) >= slave_end]
     assert not beyond, f"SEND_OK messages the slave did not have at the kill: {beyond[:10]}"
     assert_same_commitlog(master, slave, slave_end)
+    print(
+        f"{master_kind} master, {slave_kind} slave: {len(sent)} SEND_OK, {slave_end} bytes equal at the kill"
+    )
     # the master wrote nothing past what the slave has: its file is zero from there on
     tail = read_range(master.commitlog(), slave_end + 4096)[slave_end:]
     assert tail == bytes(len(tail)), "the master's CommitLog holds bytes past the slave's max offset"
@@ -479,6 +482,10 @@ def migrate(classes: Path, pair: Pair, uniq, target: str) -> None:
     sent = sent_rows(produced)
     before = sum(1 for r in sent if phy_offset(r[5]) < final)
     assert 0 < before < len(sent), f"{before} of {len(sent)} SEND_OK before the switch: not throughout"
+    print(
+        f"migration: {len(sent)} SEND_OK ({before} to the Java master), refused {produced['data']['refused']},"
+        f" {final} CommitLog bytes moved"
+    )
     expect.write_text(json.dumps([r[0] for r in sent]))
     got = consumer.result()
     assert got["checks"][0]["ok"], f"not every SEND_OK message was consumed: {got['checks']}"
