@@ -220,7 +220,8 @@ def test_slow_stuck_and_idle_consumers(tmp_path: Path, report) -> None:
         base_fds = sampler.fds()
 
         def row(phase: str, latency: dict[str, float], extra: str) -> None:
-            window = [s for s in sampler.samples if s[1] == phase] or sampler.samples[-1:]
+            now = (0.0, phase, rss_kib(sampler.pid), sampler.fds())  # for a phase with no samples of its own
+            window = [s for s in sampler.samples if s[1] == phase] or [now]
             rows.append(
                 [phase, *(f"{latency[k]:.1f}" for k in ("send_p50", "send_p99", "pull_p50", "pull_p99")),
                  f"{max(s[2] for s in window) / 1024:.0f}", max(s[3] for s in window), extra]
