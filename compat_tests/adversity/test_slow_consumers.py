@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from rmqgate.compat_tests.adversity.probes import percentile, rss_kib
+from rmqgate.compat_tests.adversity.probes import log_excerpt, log_problems, percentile, rss_kib
 from rmqgate.compat_tests.servers import BROKER_CONF, ServerProcess
 from rmqgate.compat_tests.wire_client import (
     PULL_SUBSCRIPTION,
@@ -314,6 +314,7 @@ def test_slow_stuck_and_idle_consumers(tmp_path: Path, report) -> None:
     )
     print(f"RSS growth while holding (KiB): stuck {stuck_growth}, parked {park_growth}, idle {idle_growth}")
     assert alive
+    assert log_problems(server.log_path) == (0, 0), log_excerpt(server.log_path)
     assert stuck_growth <= PLATEAU_KIB, f"RSS kept growing under stuck consumers: +{stuck_growth} KiB"
     assert park_growth <= PLATEAU_KIB, f"RSS kept growing with parked polls: +{park_growth} KiB"
     assert idle_growth <= PLATEAU_KIB, f"RSS kept growing with idle connections: +{idle_growth} KiB"
