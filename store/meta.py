@@ -1,9 +1,10 @@
 """LMDB side-store for broker metadata: topic configs, subscription groups, consumer and delay offsets.
 
 One environment (``<root>/meta``) with named databases; values are JSON. Every write is one LMDB
-transaction (atomic). Java's tables take any string as a key; LMDB takes 1 to ``max_key_size`` bytes, so
-an empty or longer key (an empty group name, a long topic@group) is stored under a digest of itself and
-its row's value carries it. Consumer offsets change constantly, so like RocketMQ's ConsumerOffsetManager
+transaction (atomic), written through at once and fsynced by the store service's rounds. Java's tables
+take any string as a key; LMDB takes 1 to ``max_key_size`` bytes, so an empty or longer key (an empty
+group name, a long topic@group) is stored under a digest of itself and its row's value carries it.
+Consumer offsets change constantly, so like RocketMQ's ConsumerOffsetManager
 they live in memory and are persisted in one transaction every ``flush_consumer_offset_interval``
 and on shutdown. Unlike 4.9.8, which loses the offsets committed since its last persist when the process
 dies, each change is also appended to a journal (``offsets.journal.<n>``, a mapped file: a copy into
@@ -55,8 +56,12 @@ class LmdbMetaStore:
     def __init__(self, path: Path, map_size: int = 1 << 30) -> None:
         self.path = Path(path)
         self.path.mkdir(parents=True, exist_ok=True)
-        # metasync=False: one fsync per commit; a system crash may undo only the last transaction
-        self.env = lmdb.open(str(self.path), map_size=map_size, max_dbs=8, metasync=False, lock=True)
+        # sync=False: a commit is written to the file (it survives the process) but not fsynced, as Java
+        # rewrites topics.json without an fsync; the store service syncs every persist round, off the
+        # event loop, where an fsync per admin request would stall every connection
+        self.env = lmdb.open(
+            str(self.path), map_size=map_size, max_dbs=8, sync=False, metasync=False, lock=True
+        )
         self._dbs = {name: self.env.open_db(name.encode()) for name in (*DATABASES, _VERSIONS)}
         self._max_key = self.env.max_key_size()
         self._lock = threading.Lock()
@@ -279,6 +284,7 @@ class LmdbMetaStore:
                 }
                 self._dirty.clear()
                 if not dirty:
+                    self.env.sync(True)
                     return
                 # later changes go to a new journal; the older ones go once this write is in LMDB
                 self._journal.close()
@@ -297,6 +303,7 @@ class LmdbMetaStore:
                 with self._lock:  # retried on the next round
                     self._dirty.update(dirty)
                 raise
+            self.env.sync(True)
             for seq, path in self._journals():
                 if seq < self._journal_seq:
                     path.unlink(missing_ok=True)

@@ -256,3 +256,21 @@ os._exit(0)  # no close, no persist: as a SIGKILL leaves it
         assert meta.offset_table() == want
     finally:
         meta.close()
+
+
+def test_a_commit_outlives_a_killed_process_without_an_fsync(tmp_path: Path) -> None:
+    """Commits are written through (not fsynced one by one): a process that dies right after a put
+    leaves the row to the next open."""
+    code = (
+        "import os, sys; from pathlib import Path; from rmqgate.store.meta import LmdbMetaStore, TOPICS\n"
+        "m = LmdbMetaStore(Path(sys.argv[1]))\n"
+        "m.put(TOPICS, 'Killed', {'topicName': 'Killed', 'perm': 6})\n"
+        "os._exit(9)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path / "meta")], timeout=60)
+    assert done.returncode == 9
+    meta = LmdbMetaStore(tmp_path / "meta")
+    try:
+        assert meta.get(TOPICS, "Killed") == {"topicName": "Killed", "perm": 6}
+    finally:
+        meta.close()
