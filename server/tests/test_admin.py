@@ -436,7 +436,7 @@ async def test_update_broker_config_is_written_back_to_the_broker_conf(Broker, t
         )
         assert (await c.invoke(update)).code == 0
         reloaded = load_broker_conf(str(conf))
-        assert (reloaded.maxMessageSize, reloaded.extra["haListenPort"]) == (1048576, "20912")
+        assert (reloaded.maxMessageSize, reloaded.haListenPort) == (1048576, 20912)
         assert (reloaded.brokerName, reloaded.namesrvAddr) == ("broker-t", "10.0.0.1:9876")
         before = conf.read_text()
         refused = RemotingCommand.request(R.UPDATE_BROKER_CONFIG, body=b"brokerConfigPath=/x\n")
