@@ -34,6 +34,7 @@ from rmqgate.compat_tests.servers import (
     STARTUP_TIMEOUT,
     ServerProcess,
     discover_broker,
+    free_broker_port,
     free_port,
     log_tail,
 )
@@ -69,7 +70,7 @@ class FeatureServer:
         self.workdir = workdir
         self.conf = conf
         self.namesrv_port = free_port()
-        self.broker_port = free_port()
+        self.broker_port = free_broker_port()
         self.namesrv = f"127.0.0.1:{self.namesrv_port}"
         self.broker = f"127.0.0.1:{self.broker_port}"
         self.process: ServerProcess | None = None
@@ -120,7 +121,7 @@ class JavaFeatureServer:
         self.workdir = workdir
         self.conf = JAVA_FEATURE_CONF + extra_conf
         self.namesrv_port = free_port()
-        self.broker_port = java._broker_port()  # its VIP and HA neighbours free too
+        self.broker_port = free_broker_port()  # its VIP and HA neighbours free too
         self.namesrv = f"127.0.0.1:{self.namesrv_port}"
         self.broker = f"127.0.0.1:{self.broker_port}"
         self.servers: list[java.JavaServer] = []

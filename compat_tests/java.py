@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from rmqgate.compat_tests.drivers import Background, DriverError
-from rmqgate.compat_tests.servers import free_port, port_open, terminate, wait_logged
+from rmqgate.compat_tests.servers import free_broker_port, free_port, terminate, wait_logged
 
 COMPAT_DIR = Path(__file__).resolve().parent
 ROOT = COMPAT_DIR.parent
@@ -153,7 +153,7 @@ class JavaBroker(JavaServer):
         ha_master: str | None = None,
         store: Path | None = None,
     ) -> None:
-        self.port = port or _broker_port()
+        self.port = port or free_broker_port()
         self.ha_port = self.port + 1
         self.name = name
         self.cluster = cluster
@@ -176,15 +176,6 @@ class JavaBroker(JavaServer):
     @property
     def addr(self) -> str:
         return f"127.0.0.1:{self.port}"
-
-
-def _broker_port() -> int:
-    """A port whose VIP (port - 2) and HA (port + 1) neighbours are free too."""
-    for _ in range(50):
-        port = free_port()
-        if not any(port_open(p) for p in (port - 2, port + 1)):
-            return port
-    raise RuntimeError("no free port with free neighbours for a Java broker")
 
 
 @functools.cache

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 from rmqgate.compat_tests.wire_client import WireClient, wait_until
+from rmqgate.server.cluster import BROKER_PORT_STEP
 
 #: Seconds a server may take to come up. It is usually one or two, but a restart recovers the store
 #: (zeroing the CommitLog segment's tail scans it), which took 25 s on a loaded 2-core machine; the
@@ -61,6 +62,31 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("", port))
+        except OSError:
+            return False
+        return True
+
+
+def free_broker_port(brokers: int = 1) -> int:
+    """A free listenPort for ``brokers`` brokers (``rmqgate serve --brokers``: BROKER_PORT_STEP apart)
+    whose VIP (port - 2) and HA (port + 1) neighbours are free too: a broker's HA listener on a taken
+    port fails its start, and a Java slave would ask whatever holds its master's VIP port for topics."""
+    for _ in range(50):
+        port = free_port()
+        wanted = [
+            p + d
+            for p in range(port, port + BROKER_PORT_STEP * brokers, BROKER_PORT_STEP)
+            for d in (-2, 0, 1)
+        ]
+        if wanted[-1] < 65536 and all(_bindable(p) for p in wanted if p != port):
+            return port
+    raise RuntimeError("no free port with free VIP and HA neighbours for a broker")
 
 
 def port_open(port: int) -> bool:
@@ -149,7 +175,8 @@ class ServerProcess:
         self.conf_path = workdir / "broker.conf"
         self.conf_path.write_text(conf)
         self.namesrv_port = namesrv_port or free_port()
-        self.broker_port = broker_port or free_port()
+        brokers = extra_args[extra_args.index("--brokers") + 1] if "--brokers" in extra_args else "1"
+        self.broker_port = broker_port or free_broker_port(int(brokers) if brokers.isdigit() else 1)
         self.role = role
         args = [
             sys.executable,

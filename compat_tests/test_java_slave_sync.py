@@ -17,9 +17,8 @@ from typing import Any
 
 import pytest
 
-from rmqgate.compat_tests import java
-from rmqgate.compat_tests import test_java_ha as ha
-from rmqgate.compat_tests.servers import BROKER_CONF, ServerProcess, log_tail
+from rmqgate.compat_tests import ha, java
+from rmqgate.compat_tests.servers import BROKER_CONF, ServerProcess, free_broker_port, log_tail
 from rmqgate.compat_tests.wire_client import WireClient, loads, wait_until
 from rmqgate.store.meta import LmdbMetaStore
 from rmqgate.wire.bodies import SubscriptionGroupConfig
@@ -220,7 +219,7 @@ def test_java_consumer_across_master_stop_and_return(
     pair = ha.Pair(tmp_path)
     try:
         pair.start_namesrv("rmqgate")
-        port = java._broker_port()
+        port = free_broker_port()
         master = pair.start_broker("rmqgate", "master", broker_id=0, role="ASYNC_MASTER", port=port)
         slave = pair.start_broker("rmqgate", "slave", broker_id=1, role="SLAVE", ha_master=master.ha_addr)
         pair.wait_registered({"0": master.addr, "1": slave.addr})
