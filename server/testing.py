@@ -15,6 +15,8 @@ from typing import Any
 from rmqgate.server.broker import BrokerController
 from rmqgate.server.client import RemotingClient
 from rmqgate.server.config import BrokerConfig
+from rmqgate.server.namesrv import NamesrvController
+from rmqgate.server.remoting import RemotingServer
 from rmqgate.tools.pcap import read_frames
 from rmqgate.wire import RemotingCommand
 from rmqgate.wire.codes import RequestCode, SerializeType
@@ -116,6 +118,30 @@ class LocalBroker:
 
     async def client(self, **kwargs: object) -> RemotingClient:
         return await RemotingClient.connect("127.0.0.1", self.broker.port, **kwargs)  # type: ignore[arg-type]
+
+
+class LocalNamesrv:
+    """A name server on an ephemeral port; ``kwargs`` go to NamesrvController (expiry, scan period)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        self.controller = NamesrvController(**kwargs)
+        self.server = RemotingServer("127.0.0.1", 0, self.controller.processors())
+
+    @property
+    def addr(self) -> str:
+        return f"127.0.0.1:{self.server.port}"
+
+    async def __aenter__(self) -> LocalNamesrv:
+        await self.server.start()
+        await self.controller.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.controller.stop()
+        await self.server.stop()
+
+    async def client(self) -> RemotingClient:
+        return await RemotingClient.connect("127.0.0.1", self.server.port)
 
 
 def send_v2(

@@ -7,33 +7,13 @@ import json
 import zlib
 from pathlib import Path
 
-from rmqgate.server.client import RemotingClient
 from rmqgate.server.config import NamesrvConfig
-from rmqgate.server.namesrv import NamesrvController, decode_register_body, encode_register_body
-from rmqgate.server.remoting import RemotingServer
-from rmqgate.server.testing import async_test, pcap_requests, wait_for
+from rmqgate.server.namesrv import decode_register_body, encode_register_body
+from rmqgate.server.testing import LocalNamesrv, async_test, pcap_requests, wait_for
 from rmqgate.wire import RemotingCommand, ResponseCode, SerializeType
 from rmqgate.wire.codes import RequestCode as R
 
 CORPUS = Path(__file__).resolve().parents[2].parent / "shared" / "corpus"
-
-
-class Namesrv:
-    def __init__(self, **kwargs: object) -> None:
-        self.controller = NamesrvController(**kwargs)  # type: ignore[arg-type]
-        self.server = RemotingServer("127.0.0.1", 0, self.controller.processors())
-
-    async def __aenter__(self) -> Namesrv:
-        await self.server.start()
-        await self.controller.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.controller.stop()
-        await self.server.stop()
-
-    async def client(self) -> RemotingClient:
-        return await RemotingClient.connect("127.0.0.1", self.server.port)
 
 
 def register_cmd(
@@ -80,7 +60,7 @@ def route_cmd(topic: str, version: int = 409, **ext: str) -> RemotingCommand:
 
 @async_test
 async def test_register_and_route_both_json_styles() -> None:
-    async with Namesrv() as ns:
+    async with LocalNamesrv() as ns:
         c = await ns.client()
         resp = await c.invoke(register_cmd({"T1": tc("T1"), "TBW102": tc("TBW102", 8, 7)}))
         assert resp.code == 0, resp.remark
@@ -114,7 +94,7 @@ async def test_register_and_route_both_json_styles() -> None:
 async def test_java_broker_registrations_from_corpus() -> None:
     frames = [cmd for p in sorted(CORPUS.glob("pcap*/*.pcap")) for cmd in pcap_requests(p, R.REGISTER_BROKER)]
     assert len(frames) >= 20
-    async with Namesrv() as ns:
+    async with LocalNamesrv() as ns:
         c = await ns.client()
         for cmd in frames:
             resp = await c.invoke(cmd)
@@ -137,7 +117,7 @@ async def test_java_broker_registrations_from_corpus() -> None:
 
 @async_test
 async def test_compressed_register_body_and_data_version() -> None:
-    async with Namesrv() as ns:
+    async with LocalNamesrv() as ns:
         c = await ns.client()
         resp = await c.invoke(register_cmd({"Z": tc("Z", 3)}, compressed=True, counter=5))
         assert resp.code == 0, resp.remark
@@ -173,7 +153,7 @@ async def test_compressed_register_body_and_data_version() -> None:
 
 @async_test
 async def test_unregister_expiry_and_channel_close() -> None:
-    async with Namesrv(broker_expire_after=0.5, scan_interval=0.1) as ns:
+    async with LocalNamesrv(broker_expire_after=0.5, scan_interval=0.1) as ns:
         c = await ns.client()
         await c.invoke(register_cmd({"A": tc("A")}))
         await c.invoke(register_cmd({"B": tc("B")}, name="broker-b", addr="127.0.0.1:20911"))
@@ -206,7 +186,7 @@ async def test_unregister_expiry_and_channel_close() -> None:
 @async_test
 async def test_kv_config_and_topic_lists(tmp_path: Path) -> None:
     path = str(tmp_path / "kvConfig.json")
-    async with Namesrv(config=NamesrvConfig(kvConfigPath=path)) as ns:
+    async with LocalNamesrv(config=NamesrvConfig(kvConfigPath=path)) as ns:
         c = await ns.client()
         put = RemotingCommand.request(
             R.PUT_KV_CONFIG, {"namespace": "ORDER_TOPIC_CONFIG", "key": "T", "value": "broker-a:4"}
@@ -263,7 +243,7 @@ async def test_kv_config_and_topic_lists(tmp_path: Path) -> None:
 async def test_system_topic_list_names_each_cluster_and_broker_once() -> None:
     """GET_SYSTEM_TOPIC_LIST_FROM_NS: cluster and broker names (a Set in Java's TopicList, so a broker
     named like its cluster is listed once) and one broker address."""
-    async with Namesrv() as ns:
+    async with LocalNamesrv() as ns:
         c = await ns.client()
         assert (await c.invoke(register_cmd({"T": tc("T")}))).code == 0
         same = register_cmd({"T": tc("T")}, name="DefaultCluster", addr="127.0.0.1:10921")
@@ -291,7 +271,7 @@ async def test_slave_registration_answers_its_master() -> None:
     """RouteInfoManager.registerBroker: a slave's answer names the live master of its broker name
     (haServerAddr as the master registered it, masterAddr its remoting address), a master's names
     nothing; routes list the slave under its brokerId, and keep it when the master leaves."""
-    async with Namesrv() as ns:
+    async with LocalNamesrv() as ns:
         c = await ns.client()
         slave = register_cmd({"T1": tc("T1")}, addr="127.0.0.1:10921", broker_id=1)
         slave.ext_fields["haServerAddr"] = "127.0.0.1:10922"

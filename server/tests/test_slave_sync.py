@@ -10,42 +10,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rmqgate.compat_tests.servers import free_port, port_open
+from rmqgate.compat_tests.servers import free_broker_port
 from rmqgate.server.client import RemotingClient
 from rmqgate.server.jsonbody import loads_object
-from rmqgate.server.namesrv import NamesrvController
-from rmqgate.server.remoting import RemotingServer
-from rmqgate.server.testing import LocalBroker, async_test, pull_cmd, wait_for
+from rmqgate.server.testing import LocalBroker, LocalNamesrv, async_test, pull_cmd, wait_for
 from rmqgate.store.meta import CONSUMER_OFFSETS, DELAY_OFFSETS, TOPICS
 from rmqgate.wire.bodies import SubscriptionGroupConfig
 from rmqgate.wire.codes import RequestCode as R
 from rmqgate.wire.codes import ResponseCode
 from rmqgate.wire.command import RemotingCommand
-
-
-class LocalNamesrv:
-    def __init__(self) -> None:
-        self.controller = NamesrvController()
-        self.server = RemotingServer("127.0.0.1", 0, self.controller.processors())
-
-    @property
-    def addr(self) -> str:
-        return f"127.0.0.1:{self.server.port}"
-
-    async def __aenter__(self) -> LocalNamesrv:
-        await self.server.start()
-        await self.controller.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.controller.stop()
-        await self.server.stop()
-
-
-def broker_port() -> int:
-    """A port below the ephemeral range (a restart can take it again) with its VIP (-2) and HA (+1)
-    neighbours free."""
-    return next(p for p in iter(free_port, None) if not port_open(p - 2) and not port_open(p + 1))
 
 
 def slave_of(root: Path, namesrv: str, **overrides: Any) -> LocalBroker:
@@ -166,7 +139,7 @@ async def test_offsets_committed_to_slave_while_master_is_gone(tmp_path: Path) -
     newer offset is lost there) until the client commits its offsets to the master again."""
     async with LocalNamesrv() as ns:
         m_root = str(tmp_path / "m")
-        port = broker_port()
+        port = free_broker_port()
         master = LocalBroker(m_root, namesrvAddr=ns.addr, listenPort=port)
         slave = slave_of(tmp_path / "s", ns.addr)
         await master.__aenter__()
@@ -224,7 +197,7 @@ async def test_master_without_slave_and_unreachable_master(tmp_path: Path) -> No
 async def test_vip_channel_serves_all_but_pulls(tmp_path: Path) -> None:
     """Java's fastRemotingServer on listenPort - 2: a Java slave asks its master there for
     GET_ALL_TOPIC_CONFIG; PULL_MESSAGE is not served on it."""
-    port = broker_port()
+    port = free_broker_port()
     async with LocalBroker(str(tmp_path / "m"), listenPort=port) as master:
         assert master.broker.vip_server is not None and master.broker.vip_server.port == port - 2
         vip = await RemotingClient.connect("127.0.0.1", port - 2)
