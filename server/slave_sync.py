@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Protocol
 
 from rmqgate.server.client import RemotingClient
 from rmqgate.store.meta import CONSUMER_OFFSETS, DELAY_OFFSETS
@@ -41,6 +42,26 @@ class SyncError(Exception):
 
 def _version(version: dict[str, int]) -> tuple[int, int]:
     return int(version.get("counter", 0)), int(version.get("timestamp", 0))
+
+
+class _VersionedTable(Protocol):
+    """TopicConfigManager and SubscriptionGroupManager: a table replaced whole with its DataVersion."""
+
+    @property
+    def data_version(self) -> dict[str, int]: ...
+
+    def replace_all(self, table: dict[str, dict[str, Any]], version: dict[str, int]) -> None: ...
+
+
+def _replace_if_changed(
+    manager: _VersionedTable, version: dict[str, int], entries: Mapping[str, Any]
+) -> bool:
+    """Java's check: the master's table (entries' to_obj) replaces the slave's only when its data
+    version differs; whether it did."""
+    if _version(manager.data_version) == _version(version):
+        return False
+    manager.replace_all({name: entry.to_obj() for name, entry in entries.items()}, version)
+    return True
 
 
 class SlaveSynchronize:
@@ -99,16 +120,11 @@ class SlaveSynchronize:
         return bytes(resp.body)
 
     async def sync_topic_config(self, master: str) -> None:
-        wrapper = TopicConfigSerializeWrapper.from_json(
-            await self._invoke(master, RequestCode.GET_ALL_TOPIC_CONFIG)
-        )
-        topics = self.broker.topics
+        body = await self._invoke(master, RequestCode.GET_ALL_TOPIC_CONFIG)
+        wrapper = TopicConfigSerializeWrapper.from_json(body)
         version = wrapper.data_version.to_obj()
-        if _version(topics.data_version) == _version(version):
-            return
-        table = {name: tc.to_obj() for name, tc in wrapper.topic_config_table.items()}
-        topics.replace_all(table, version)
-        log.info("Update slave topic config from master, %s", master)
+        if _replace_if_changed(self.broker.topics, version, wrapper.topic_config_table):
+            log.info("Update slave topic config from master, %s", master)
 
     async def sync_consumer_offset(self, master: str) -> None:
         body = await self._invoke(master, RequestCode.GET_ALL_CONSUMER_OFFSET)
@@ -128,10 +144,6 @@ class SlaveSynchronize:
     async def sync_subscription_group_config(self, master: str) -> None:
         body = await self._invoke(master, RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)
         wrapper = SubscriptionGroupWrapper.from_json(body)
-        groups = self.broker.subscription_groups
         version = wrapper.data_version.to_obj()
-        if _version(groups.data_version) == _version(version):
-            return
-        table = {name: sgc.to_obj() for name, sgc in wrapper.subscription_group_table.items()}
-        groups.replace_all(table, version)
-        log.info("Update slave Subscription Group from master, %s", master)
+        if _replace_if_changed(self.broker.subscription_groups, version, wrapper.subscription_group_table):
+            log.info("Update slave Subscription Group from master, %s", master)
