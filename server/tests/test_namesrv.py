@@ -54,6 +54,18 @@ def tc(name: str, queues: int = 4, perm: int = 6) -> dict:
     }
 
 
+def unregister_cmd(
+    name: str = "broker-a", addr: str = "127.0.0.1:10911", broker_id: int = 0
+) -> RemotingCommand:
+    ext = {
+        "brokerName": name,
+        "brokerAddr": addr,
+        "clusterName": "DefaultCluster",
+        "brokerId": str(broker_id),
+    }
+    return RemotingCommand.request(R.UNREGISTER_BROKER, ext)
+
+
 def route_cmd(topic: str, version: int = 409, **ext: str) -> RemotingCommand:
     return RemotingCommand.request(R.GET_ROUTEINFO_BY_TOPIC, {"topic": topic, **ext}, version=version)
 
@@ -158,15 +170,7 @@ async def test_unregister_expiry_and_channel_close() -> None:
         await c.invoke(register_cmd({"A": tc("A")}))
         await c.invoke(register_cmd({"B": tc("B")}, name="broker-b", addr="127.0.0.1:20911"))
         assert (await c.invoke(route_cmd("A"))).code == 0
-        unreg = RemotingCommand.request(
-            R.UNREGISTER_BROKER,
-            {
-                "brokerName": "broker-a",
-                "brokerAddr": "127.0.0.1:10911",
-                "clusterName": "DefaultCluster",
-                "brokerId": "0",
-            },
-        )
+        unreg = unregister_cmd()
         assert (await c.invoke(unreg)).code == 0
         assert (await c.invoke(route_cmd("A"))).code == ResponseCode.TOPIC_NOT_EXIST
         assert (await c.invoke(route_cmd("B"))).code == 0
@@ -288,15 +292,7 @@ async def test_slave_registration_answers_its_master() -> None:
         assert answer.ext_fields == {"haServerAddr": "127.0.0.1:10999", "masterAddr": "127.0.0.1:10911"}
         route = json.loads((await c.invoke(route_cmd("T1"))).body)
         assert route["brokerDatas"][0]["brokerAddrs"] == {"0": "127.0.0.1:10911", "1": "127.0.0.1:10921"}
-        unreg = RemotingCommand.request(
-            R.UNREGISTER_BROKER,
-            {
-                "brokerName": "broker-a",
-                "brokerAddr": "127.0.0.1:10911",
-                "clusterName": "DefaultCluster",
-                "brokerId": "0",
-            },
-        )
+        unreg = unregister_cmd()
         assert (await c.invoke(unreg)).code == 0
         route = json.loads((await c.invoke(route_cmd("T1"))).body)
         assert route["brokerDatas"][0]["brokerAddrs"] == {"1": "127.0.0.1:10921"}
