@@ -20,7 +20,7 @@ import pytest
 from rmqgate.compat_tests import java
 from rmqgate.compat_tests.drivers import DriverError
 from rmqgate.compat_tests.servers import BROKER_CONF, ServerProcess, log_tail
-from rmqgate.compat_tests.wire_client import WireClient, loads, wait_until
+from rmqgate.compat_tests.wire_client import WireClient, cluster_masters, loads, wait_until
 from rmqgate.server.cluster import BROKER_PORT_STEP
 from rmqgate.wire.codes import ResponseCode
 
@@ -59,17 +59,6 @@ class Scaled(Target):
         return log_tail(self.server.log_path if self.server else None, 60)
 
 
-def registered(namesrv: str) -> dict[str, str]:
-    try:
-        with WireClient(namesrv, timeout=3) as ns:
-            info = ns.cluster_info()
-    except (OSError, AssertionError, ValueError):
-        return {}
-    table = info.get("brokerAddrTable") or {}
-    names = (info.get("clusterAddrTable") or {}).get(CLUSTER) or []
-    return {n: table[n]["brokerAddrs"].get("0") for n in names if n in table}
-
-
 def route(namesrv: str, topic: str) -> dict[str, Any] | None:
     with WireClient(namesrv) as ns:
         resp = ns.route(topic)
@@ -104,7 +93,9 @@ def start_java_cluster(workdir: Path, count: int, stops: list[Any]) -> Target:
     for broker in brokers:
         broker.wait_ready()
     want = {b.name: b.addr for b in brokers}
-    assert wait_until(lambda: registered(namesrv.addr) == want, timeout=60), registered(namesrv.addr)
+    assert wait_until(lambda: cluster_masters(namesrv.addr, CLUSTER) == want, timeout=60), cluster_masters(
+        namesrv.addr, CLUSTER
+    )
     return Target(namesrv.addr, want)
 
 
@@ -124,7 +115,9 @@ def scaled(
         stops.append(server)
         server.wait_ready()
         want = {f"scale-{i}": f"127.0.0.1:{server.broker_port + BROKER_PORT_STEP * i}" for i in range(count)}
-        assert wait_until(lambda: registered(server.namesrv) == want, timeout=60), log_tail(server.log_path)
+        assert wait_until(lambda: cluster_masters(server.namesrv, CLUSTER) == want, timeout=60), log_tail(
+            server.log_path
+        )
         scaled = Scaled(server.namesrv, want, server=server)
         if count == 2:
             scaled.java = start_java_cluster(workdir, count, stops)

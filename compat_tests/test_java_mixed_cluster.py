@@ -15,7 +15,7 @@ import pytest
 from rmqgate.compat_tests import java
 from rmqgate.compat_tests.drivers import DriverError
 from rmqgate.compat_tests.servers import BROKER_CONF, ServerProcess, log_tail
-from rmqgate.compat_tests.wire_client import WireClient, loads, wait_until
+from rmqgate.compat_tests.wire_client import WireClient, cluster_masters, loads, wait_until
 from rmqgate.wire.codes import ResponseCode
 
 pytestmark = [pytest.mark.slow, pytest.mark.java]
@@ -38,19 +38,6 @@ class Mixed:
         return "\n".join(f"--- {path}\n{log_tail(path, 40)}" for path in self.logs)
 
 
-def registered(namesrv: str) -> dict[str, str]:
-    """brokerName -> master address of every broker of CLUSTER the name server lists."""
-    try:
-        with WireClient(namesrv, timeout=3) as ns:
-            info = ns.cluster_info()
-    except (OSError, AssertionError, ValueError):
-        return {}
-    names = (info.get("clusterAddrTable") or {}).get(CLUSTER) or []
-    table = info.get("brokerAddrTable") or {}
-    return {name: table[name]["brokerAddrs"].get("0") for name in names if name in table}
-
-
-@pytest.fixture(scope="module", params=["rmqgate", "java"], ids=lambda k: f"{k}-namesrv")
 def mixed(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mixed]:
     reason = java.missing()
     if reason:
@@ -78,8 +65,8 @@ def mixed(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
         gate.wait_ready()
         jbroker.wait_ready()
         want = {JAVA_BROKER: jbroker.addr, GATE_BROKER: gate.broker}
-        assert wait_until(lambda: registered(namesrv) == want, timeout=30), (
-            f"both brokers never registered with the {request.param} name server: {registered(namesrv)}"
+        assert wait_until(lambda: cluster_masters(namesrv, CLUSTER) == want, timeout=30), (
+            f"both brokers never registered with the {request.param} name server: {cluster_masters(namesrv, CLUSTER)}"
         )
         yield Mixed(request.param, namesrv, want, [ns_log, jbroker.log_path, gate.log_path])
     finally:
@@ -191,8 +178,8 @@ def test_a_broker_shut_down_leaves_the_route(
     try:
         third.wait_ready()  # type: ignore[attr-defined]
         addr = third.addr if leaver.startswith("java") else third.broker  # type: ignore[attr-defined]
-        assert wait_until(lambda: registered(mixed.namesrv).get(name) == addr, timeout=30), registered(
-            mixed.namesrv
+        assert wait_until(lambda: cluster_masters(mixed.namesrv, CLUSTER).get(name) == addr, timeout=30), (
+            cluster_masters(mixed.namesrv, CLUSTER)
         )
         create_on_both(mixed, topic)
         with WireClient(addr) as b:
@@ -206,7 +193,7 @@ def test_a_broker_shut_down_leaves_the_route(
     assert wait_until(lambda: route_brokers(mixed.namesrv, topic) == set(mixed.brokers), timeout=15), (
         f"{name} still routed after its shutdown: {route_brokers(mixed.namesrv, topic)}\n{mixed.log_tails()}"
     )
-    assert registered(mixed.namesrv) == mixed.brokers
+    assert cluster_masters(mixed.namesrv, CLUSTER) == mixed.brokers
 
 
 def test_mqadmin_lists_both_brokers_and_their_queues(mixed: Mixed, uniq, tmp_path: Path) -> None:

@@ -525,6 +525,19 @@ def wait_until(predicate: Any, timeout: float = 10.0, interval: float = 0.1) -> 
         time.sleep(interval)
 
 
+def cluster_masters(namesrv: str, cluster: str) -> dict[str, str]:
+    """brokerName -> master address of every broker of ``cluster`` the name server lists now (empty
+    while it does not answer)."""
+    try:
+        with WireClient(namesrv, timeout=3) as ns:
+            info = ns.cluster_info()
+    except (OSError, AssertionError, ValueError):
+        return {}
+    table = info.get("brokerAddrTable") or {}
+    names = (info.get("clusterAddrTable") or {}).get(cluster) or []
+    return {name: table[name]["brokerAddrs"].get("0") for name in names if name in table}
+
+
 def create_routed_topic(broker_addr: str, namesrv_addr: str, name: str, queues: int = 4, **kw: Any) -> str:
     """UPDATE_AND_CREATE_TOPIC on the broker, then wait until its name server routes the topic."""
     with WireClient(broker_addr) as b:

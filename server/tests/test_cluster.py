@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from rmqgate.compat_tests.servers import free_port
-from rmqgate.compat_tests.wire_client import WireClient, wait_until
+from rmqgate.compat_tests.servers import free_broker_port, free_port
+from rmqgate.compat_tests.wire_client import WireClient, cluster_masters, wait_until
 from rmqgate.server.cluster import (
     BROKER_PORT_STEP,
     PROCESSES_KEY,
@@ -163,18 +163,6 @@ async def test_a_broker_that_fails_to_start_fails_the_cluster_start(tmp_path: Pa
     assert len(codes) == 2 and 3 in codes and None not in codes  # the other one was stopped with it
 
 
-def registered(namesrv: str, cluster: str) -> dict[str, str]:
-    """brokerName -> master address of the cluster's brokers the name server lists."""
-    try:
-        with WireClient(namesrv, timeout=3) as ns:
-            info = ns.cluster_info()
-    except (OSError, AssertionError, ValueError):
-        return {}
-    table = info.get("brokerAddrTable") or {}
-    names = (info.get("clusterAddrTable") or {}).get(cluster) or []
-    return {n: table[n]["brokerAddrs"].get("0") for n in names if n in table}
-
-
 def broker_pids(parent: int) -> list[int]:
     out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(parent)], capture_output=True, text=True)
     return [int(p) for p in out.stdout.split()]
@@ -184,7 +172,7 @@ def broker_pids(parent: int) -> list[int]:
 def test_serve_brokers_restart_on_kill_and_clean_stop(tmp_path: Path) -> None:
     conf = tmp_path / "broker.conf"
     conf.write_text("brokerClusterName = SupCluster\nbrokerName = sup\ndefaultTopicQueueNums = 2\n")
-    ns_port, broker_port = free_port(), free_port()
+    ns_port, broker_port = free_port(), free_broker_port(2)
     argv = [
         sys.executable, "-m", "rmqgate.tools.cli", "serve", "--listen", "127.0.0.1", "--store", str(tmp_path / "s"),
         "--namesrv-port", str(ns_port), "--broker-port", str(broker_port), "--conf", str(conf), "--brokers", "2",
@@ -200,7 +188,7 @@ def test_serve_brokers_restart_on_kill_and_clean_stop(tmp_path: Path) -> None:
         addrs = [f"127.0.0.1:{broker_port}", f"127.0.0.1:{broker_port + BROKER_PORT_STEP}"]
         assert words[2:] == ["namesrv", namesrv, "broker", addrs[0], "broker", addrs[1]]
         want = {"sup-0": addrs[0], "sup-1": addrs[1]}
-        assert wait_until(lambda: registered(namesrv, "SupCluster") == want, timeout=30)
+        assert wait_until(lambda: cluster_masters(namesrv, "SupCluster") == want, timeout=30)
         with WireClient(addrs[0]) as b:
             assert b.create_topic("SupT", 2).code == 0
             for i in range(3):
@@ -212,7 +200,7 @@ def test_serve_brokers_restart_on_kill_and_clean_stop(tmp_path: Path) -> None:
 
         def restarted() -> bool:
             now = broker_pids(proc.pid)
-            return len(now) == 2 and pids[0] not in now and registered(namesrv, "SupCluster") == want
+            return len(now) == 2 and pids[0] not in now and cluster_masters(namesrv, "SupCluster") == want
 
         assert wait_until(restarted, timeout=60, interval=0.2)
         assert (tmp_path / "s" / "broker-0" / "abort").exists()
@@ -270,7 +258,7 @@ def test_brokers_of_a_host_against_a_shared_namesrv_die_with_a_killed_supervisor
     conf.write_text("brokerClusterName = HostCluster\nbrokerName = host-a\n")
     ns, ns_words = start_serve("--role", "namesrv", "--namesrv-port", "0", "--store", str(tmp_path / "ns"))
     namesrv = ns_words[1]
-    port = free_port()
+    port = free_broker_port(2)
     argv = ("--role", "broker", "--brokers", "2", "--namesrv-addr", namesrv, "--broker-port", str(port),
             "--conf", str(conf), "--store", str(tmp_path / "s"))  # fmt: skip
     want = {"host-a-0": f"127.0.0.1:{port}", "host-a-1": f"127.0.0.1:{port + BROKER_PORT_STEP}"}
@@ -278,24 +266,24 @@ def test_brokers_of_a_host_against_a_shared_namesrv_die_with_a_killed_supervisor
         sup, words = start_serve(*argv)
         try:
             assert words == ["broker", want["host-a-0"], "broker", want["host-a-1"]]
-            assert wait_until(lambda: registered(namesrv, "HostCluster") == want, timeout=30)
+            assert wait_until(lambda: cluster_masters(namesrv, "HostCluster") == want, timeout=30)
             children = broker_pids(sup.pid)
             assert len(children) == 2
             sup.kill()
             sup.wait()
             assert wait_until(lambda: not any(Path(f"/proc/{p}").exists() for p in children), timeout=60)
-            assert wait_until(lambda: registered(namesrv, "HostCluster") == {}, timeout=30)
+            assert wait_until(lambda: cluster_masters(namesrv, "HostCluster") == {}, timeout=30)
         finally:
             stop_serve(sup)
         # the brokers were sent SIGTERM when their supervisor died: they stopped cleanly
         assert not any((tmp_path / "s" / f"broker-{i}" / "abort").exists() for i in range(2))
         sup, words = start_serve(*argv)
         try:
-            assert wait_until(lambda: registered(namesrv, "HostCluster") == want, timeout=30)
+            assert wait_until(lambda: cluster_masters(namesrv, "HostCluster") == want, timeout=30)
             sup.send_signal(signal.SIGINT)
             assert sup.wait(60) == 0
             assert not any((tmp_path / "s" / f"broker-{i}" / "abort").exists() for i in range(2))
-            assert wait_until(lambda: registered(namesrv, "HostCluster") == {}, timeout=30)
+            assert wait_until(lambda: cluster_masters(namesrv, "HostCluster") == {}, timeout=30)
         finally:
             stop_serve(sup)
     finally:
