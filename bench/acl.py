@@ -7,7 +7,6 @@ Run: ``.venv/bin/python bench/acl.py [--connections 16] [--seconds 8] [--size 10
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import sys
 import tempfile
@@ -15,7 +14,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from broker import Server, pct, rmqgate_server, send_phase
+from broker import Server, load_arguments, pct, rmqgate_server, send_phase
 
 from rmqgate.server.acl import sign_request
 
@@ -42,11 +41,7 @@ def server(store: str, acl: bool) -> Server:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--connections", type=int, default=16)
-    ap.add_argument("--seconds", type=float, default=8.0)
-    ap.add_argument("--size", type=int, default=1024)
-    ap.add_argument("--rounds", type=int, default=2)
+    ap = load_arguments(__doc__)
     args = ap.parse_args()
     rates: dict[str, list[float]] = {"unsigned": [], "signed": []}
     best: dict[str, tuple[float, list[float]]] = {}

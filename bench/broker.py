@@ -390,6 +390,17 @@ def rmqgate_server(
     )  # fmt: skip
 
 
+def load_arguments(doc: str | None) -> argparse.ArgumentParser:
+    """The send/pull load's options (connections, seconds, message size, rounds) that the benches on
+    this load share; ``doc``'s first line describes the script."""
+    ap = argparse.ArgumentParser(description=(doc or "").splitlines()[0])
+    ap.add_argument("--connections", type=int, default=16)
+    ap.add_argument("--seconds", type=float, default=8.0)
+    ap.add_argument("--size", type=int, default=1024)
+    ap.add_argument("--rounds", type=int, default=2)
+    return ap
+
+
 def pct(values: list[float], q: float) -> float:
     if not values:
         return float("nan")
@@ -462,11 +473,7 @@ async def in_process_sends(args: argparse.Namespace) -> list[float]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--connections", type=int, default=16)
-    ap.add_argument("--seconds", type=float, default=8.0)
-    ap.add_argument("--size", type=int, default=1024)
-    ap.add_argument("--rounds", type=int, default=2)
+    ap = load_arguments(__doc__)
     ap.add_argument(
         "--cpu", type=int, metavar="N", help="only measure the server's CPU per message over N sends"
     )

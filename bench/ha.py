@@ -24,7 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _timing import print_table
-from broker import Server, pct, rmqgate_server, send_frame, send_phase
+from broker import Server, load_arguments, pct, rmqgate_server, send_frame, send_phase
 
 from rmqgate.compat_tests.servers import free_port
 from rmqgate.server.client import RemotingClient
@@ -148,11 +148,7 @@ def kib(n: float) -> str:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--connections", type=int, default=16)
-    ap.add_argument("--seconds", type=float, default=8.0)
-    ap.add_argument("--size", type=int, default=1024)
-    ap.add_argument("--rounds", type=int, default=2)
+    ap = load_arguments(__doc__)
     args = ap.parse_args()
     best: dict[str, Result] = {}
     per_round: list[dict[str, float]] = []

@@ -24,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from broker import Server, pct, rmqgate_server, send_phase
+from broker import Server, load_arguments, pct, rmqgate_server, send_phase
 
 from rmqgate.compat_tests.servers import free_port
 from rmqgate.server.client import RemotingClient
@@ -191,11 +191,7 @@ def one_run(setup: str, args: argparse.Namespace) -> tuple[float, list[float], S
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--connections", type=int, default=16)
-    ap.add_argument("--seconds", type=float, default=8.0)
-    ap.add_argument("--size", type=int, default=1024)
-    ap.add_argument("--rounds", type=int, default=2)
+    ap = load_arguments(__doc__)
     ap.add_argument("--topics", type=int, default=50)
     args = ap.parse_args()
     first_ms, snap_ms, format_ms, size = loop_cost(args.topics)
