@@ -7,7 +7,6 @@ SIGTERM to the parent stops every broker cleanly (unregistered, abort files remo
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
 import os
 import signal
@@ -29,7 +28,7 @@ from rmqgate.server.cluster import (
 )
 from rmqgate.server.config import BrokerConfig, ConfigError, load_broker_conf, parse_properties_text
 from rmqgate.server.main import add_arguments, broker_processes, build_config
-from rmqgate.server.testing import async_test
+from rmqgate.server.testing import async_test, wait_for
 from rmqgate.wire.message import iter_messages
 
 
@@ -130,8 +129,7 @@ async def test_a_broker_that_keeps_exiting_is_restarted_with_doubling_backoff(
     )
     with caplog.at_level(logging.WARNING, "rmqgate.server.cluster"):
         assert await sup.start() == ["127.0.0.1:1"]
-        while slots[0].restarts < 5:
-            await asyncio.sleep(0.05)
+        await wait_for(lambda: slots[0].restarts >= 5, 30)
         await sup.stop()
     delays = [
         r.getMessage().rsplit("restarting in ", 1)[1]
