@@ -1,17 +1,10 @@
 """HA replication of RocketMQ 4.9.8 (store/ha): the master's HAService and the slave's HAClient.
 
-The master listens on haListenPort; each slave is one ``HAConnection``: its 8-byte max-offset reports
-are read (the first says where to start: 0 means the start of the master's last CommitLog segment),
-and CommitLog bytes are streamed to it in frames of at most haTransferBatchSize that never cross a
-segment's end, a heartbeat frame when nothing was written for haSendHeartbeatInterval; a slave
-silent for haHousekeepingInterval is dropped. ``wait_for_replica`` is GroupTransferService: a
-SYNC_MASTER send's answer waits until a slave acknowledged its end (FLUSH_SLAVE_TIMEOUT after
-syncFlushTimeout), or is SLAVE_NOT_AVAILABLE at once (``is_slave_ok``).
-
-The slave's ``HAClient`` connects to haMasterAddress or to the master's HA address its registration
-learned, reports its max offset on connect, after each append and every haSendHeartbeatInterval,
-appends each frame at its own max offset (a frame at another offset closes the connection, as
-HAClient does) and reconnects after a drop.
+Master: an ``HAConnection`` per slave reads its max-offset reports (the first says where to start; 0:
+the last CommitLog segment's start) and streams CommitLog bytes in frames of at most
+haTransferBatchSize within a segment, heartbeats when idle; ``wait_for_replica`` is
+GroupTransferService. Slave: ``HAClient`` reports its max offset, appends each frame at its own end
+(another offset closes the connection, as in Java) and reconnects after a drop.
 """
 
 from __future__ import annotations
