@@ -38,8 +38,7 @@ from _timing import cpu_seconds, print_table, process_tree
 
 from rmqgate.compat_tests import java
 from rmqgate.compat_tests.servers import ServerProcess
-from rmqgate.compat_tests.wire_client import WireClient, loads, wait_until
-from rmqgate.wire.codes import RequestCode
+from rmqgate.compat_tests.wire_client import WireClient, runtime_info, wait_until
 
 TOPIC = "BenchJavaVsRmqgate"  # (BenchmarkTest, the tool's default, is a system topic)
 STATS_PERIOD = 10.0  # seconds between the producer's stats lines, each over the period before it
@@ -87,9 +86,7 @@ class Target:
     stops: list[object]
 
     def stored(self) -> int:
-        with WireClient(self.broker, timeout=10) as b:
-            table = loads(b.invoke(RequestCode.GET_BROKER_RUNTIME_INFO).body)["table"]
-        return int(table["msgPutTotalTodayNow"])
+        return int(runtime_info(self.broker)["msgPutTotalTodayNow"])
 
     def stop(self) -> None:
         for server in reversed(self.stops):

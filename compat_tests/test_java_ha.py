@@ -21,7 +21,7 @@ import pytest
 from rmqgate.compat_tests import java
 from rmqgate.compat_tests.drivers import Background
 from rmqgate.compat_tests.ha import BROKER_NAME, QUEUES, Broker, Pair, create_topic_seen_by_slave, has_topic
-from rmqgate.compat_tests.wire_client import WireClient, create_routed_topic, loads, wait_until
+from rmqgate.compat_tests.wire_client import WireClient, create_routed_topic, runtime_info, wait_until
 from rmqgate.wire.codes import RequestCode
 
 pytestmark = [pytest.mark.slow, pytest.mark.java]
@@ -52,19 +52,6 @@ def client(classes: Path, pair: Pair, main: str, args: dict[str, Any], timeout: 
     return java.java_client(
         4, classes, main, {**args, "namesrv": pair.namesrv}, log_dir=log_dir, timeout=timeout
     )
-
-
-def runtime_info(addr: str) -> dict[str, str]:
-    """GET_BROKER_RUNTIME_INFO's table (what mqadmin brokerStatus prints). A Java broker answers
-    SYSTEM_ERROR (NoSuchElementException) until StoreStatsService took its first one-second sample."""
-
-    def ask() -> Any:
-        with WireClient(addr, timeout=5) as c:
-            return c.invoke(RequestCode.GET_BROKER_RUNTIME_INFO)
-
-    resp = wait_until(lambda: (r := ask()).code == 0 and r, timeout=10, interval=0.2) or ask()
-    assert resp.code == 0, f"GET_BROKER_RUNTIME_INFO on {addr}: {resp!r}"
-    return loads(resp.body)["table"]
 
 
 def max_phy_offset(addr: str) -> int:

@@ -525,6 +525,19 @@ def wait_until(predicate: Any, timeout: float = 10.0, interval: float = 0.1) -> 
         time.sleep(interval)
 
 
+def runtime_info(addr: str) -> dict[str, str]:
+    """GET_BROKER_RUNTIME_INFO's table (what mqadmin brokerStatus prints). A Java broker answers
+    SYSTEM_ERROR (NoSuchElementException) until StoreStatsService took its first one-second sample."""
+
+    def ask() -> Any:
+        with WireClient(addr, timeout=5) as c:
+            return c.invoke(RequestCode.GET_BROKER_RUNTIME_INFO)
+
+    resp = wait_until(lambda: (r := ask()).code == 0 and r, timeout=10, interval=0.2) or ask()
+    assert resp.code == 0, f"GET_BROKER_RUNTIME_INFO on {addr}: {resp!r}"
+    return loads(resp.body)["table"]
+
+
 def cluster_masters(namesrv: str, cluster: str) -> dict[str, str]:
     """brokerName -> master address of every broker of ``cluster`` the name server lists now (empty
     while it does not answer)."""
