@@ -371,7 +371,7 @@ class PullMessageProcessor(RequestProcessor):
                 self._offset_moved(group, topic, queue_id, offset, res.next_begin_offset)
             else:  # a slave does not correct offsets: the consumer retries (at the offset it asked)
                 code = ResponseCode.PULL_RETRY_IMMEDIATELY
-                suggest = sgc.get("brokerId", 0)
+                suggest = int(sgc.get("brokerId", 0))
         if (
             code == ResponseCode.PULL_NOT_FOUND
             and allow_suspend
