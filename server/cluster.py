@@ -87,7 +87,7 @@ def plan_brokers(config: BrokerConfig, count: int) -> list[BrokerSlot]:
             overrides["storePathCommitLog"] = os.path.join(config.storePathCommitLog, f"broker-{i}")
         if config.metricsPort:
             overrides["metricsPort"] = str(config.metricsPort + i)
-        ha_port = int(config.extra.get("haListenPort") or getattr(config, "haListenPort", -1))
+        ha_port = config.haListenPort
         if ha_port > 0:  # set outright: each broker's is its own (-1 follows listenPort, 0 is any)
             overrides["haListenPort"] = str(ha_port + BROKER_PORT_STEP * i)
         slots.append(
