@@ -162,7 +162,7 @@ def test_soak_nothing_grows(tmp_path: Path, report: Callable[..., str]) -> None:
     verdicts = growth_verdicts(samples)
     report(
         "soak-growth",
-        "Soak: last third vs middle third (medians; RSS in MiB)",
+        "Soak: last third vs middle third (medians; anonymous RSS in MiB)",
         ("figure", "middle", "last", "allowed", "ok"),
         [
             (k, *(round(v / (2**20 if k == "rss" else 1), 1) for v in (m, e, a)), ok)
