@@ -38,6 +38,7 @@ class Mixed:
         return "\n".join(f"--- {path}\n{log_tail(path, 40)}" for path in self.logs)
 
 
+@pytest.fixture(scope="module", params=["rmqgate", "java"], ids=lambda k: f"{k}-namesrv")
 def mixed(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mixed]:
     reason = java.missing()
     if reason:
