@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -158,7 +158,7 @@ PAIRINGS = [
 
 @pytest.mark.parametrize(("master_kind", "slave_kind", "namesrv_kind"), PAIRINGS)
 def test_sync_master_slave_survives_master_kill(
-    classes: Path, pair: Pair, uniq, master_kind: str, slave_kind: str, namesrv_kind: str
+    classes: Path, pair: Pair, uniq: Callable[..., str], master_kind: str, slave_kind: str, namesrv_kind: str
 ) -> None:
     topic = uniq()
     pair.start_namesrv(namesrv_kind)
@@ -229,7 +229,7 @@ def stop_file_producer(classes: Path, pair: Pair, topic: str, group: str, stop: 
     return client(classes, pair, "HaProduce", args, timeout=400)
 
 
-def migrate(classes: Path, pair: Pair, uniq, target: str) -> None:
+def migrate(classes: Path, pair: Pair, uniq: Callable[..., str], target: str) -> None:
     """The README's "Migrating a live Java broker" recipe, step by step, with a Java producer and a
     Java push consumer running throughout; ``target`` is what replaces the Java master."""
     topic, group = uniq(), uniq("cg")
@@ -312,7 +312,7 @@ def migrate(classes: Path, pair: Pair, uniq, target: str) -> None:
     assert again == [], f"{len(again)} messages delivered again to {group} after the migration"
 
 
-def test_migrating_a_live_java_broker(classes: Path, pair: Pair, uniq) -> None:
+def test_migrating_a_live_java_broker(classes: Path, pair: Pair, uniq: Callable[..., str]) -> None:
     migrate(classes, pair, uniq, "rmqgate")
 
 
@@ -322,7 +322,7 @@ SMALL_FILES = "mappedFileSizeCommitLog=65536\n"
 
 @pytest.mark.parametrize(("master_kind", "slave_kind", "namesrv_kind"), PAIRINGS)
 def test_empty_slave_attached_late_starts_at_the_masters_last_file(
-    pair: Pair, uniq, master_kind: str, slave_kind: str, namesrv_kind: str
+    pair: Pair, uniq: Callable[..., str], master_kind: str, slave_kind: str, namesrv_kind: str
 ) -> None:
     """HAConnection: a slave reporting offset 0 is sent the master's CommitLog from the start of its
     last file (masterOffset - masterOffset % mappedFileSizeCommitLog), not from the beginning."""

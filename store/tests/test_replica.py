@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -43,7 +44,7 @@ def msg(i: int, qid: int) -> MessageExt:
 
 
 @pytest.fixture()
-def master(tmp_path: Path):
+def master(tmp_path: Path) -> Iterator[DefaultMessageStore]:
     s = DefaultMessageStore.open(cfg(tmp_path / "m"))
     for i in range(40):  # ~34 KiB: three segments, each ended by a BLANK record
         assert s.put_message(msg(i, i % 3)).status is PutMessageStatus.PUT_OK
