@@ -25,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from rmqgate.compat_tests.servers import free_port
+from rmqgate.compat_tests.servers import free_broker_port
 from rmqgate.server.client import RemotingClient
 from rmqgate.wire import RemotingCommand
 from rmqgate.wire.codes import RequestCode
@@ -218,7 +218,7 @@ def main() -> None:
     ap.add_argument("--halves", type=int, default=5000)
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="rmqgate-bench-features-") as tmp:
-        server = Server(tmp, free_port())
+        server = Server(tmp, free_broker_port())
         server.start()
         try:
             asyncio.run(bench(server.port, args))

@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _timing import print_table
 
-from rmqgate.compat_tests.servers import free_port
+from rmqgate.compat_tests.servers import free_broker_port, free_port
 from rmqgate.tools.capture_cli import compute_stats
 from rmqgate.tools.proxy import broker_addresses
 from rmqgate.tools.replay import (
@@ -45,7 +45,7 @@ TOPIC = "BenchReplayTopic"
 
 class Server:
     def __init__(self, workdir: Path) -> None:
-        self.ns_port, self.broker_port = free_port(), free_port()
+        self.ns_port, self.broker_port = free_port(), free_broker_port()
         self.log = (workdir / "rmqgate.log").open("wb")
         exe = Path(sys.executable).with_name("rmqgate")
         self.proc = subprocess.Popen(

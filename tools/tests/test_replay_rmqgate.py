@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from rmqgate.compat_tests.servers import free_port
+from rmqgate.compat_tests.servers import free_broker_port, free_port
 from rmqgate.compat_tests.wire_client import WireClient, wait_until
 from rmqgate.tools.capture import CaptureWriter, Direction, Kind, read_capture
 from rmqgate.tools.proxy import RecordingProxy
@@ -72,7 +72,7 @@ class Rmqgate:
 
     def __init__(self, workdir: Path, ports: tuple[int, int] | None = None) -> None:
         self.workdir = workdir
-        self.namesrv_port, self.broker_port = ports or (free_port(), free_port())
+        self.namesrv_port, self.broker_port = ports or (free_port(), free_broker_port())
         self.log = workdir / "rmqgate.log"
         self._log = self.log.open("ab")
         exe = Path(sys.executable).with_name("rmqgate")
