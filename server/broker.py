@@ -2,7 +2,7 @@
 name-server registration loop (at start, every registerNameServerPeriod, at once after topic changes)
 and the client-channel expiry scan.
 
-Processors for later issues plug into ``extra_processors`` (transactions: END_TRANSACTION;
+Further processors plug into ``extra_processors`` (transactions: END_TRANSACTION;
 retry: CONSUMER_SEND_MSG_BACK); anything unregistered answers REQUEST_CODE_NOT_SUPPORTED.
 """
 
@@ -248,7 +248,7 @@ class BrokerController:
 
     def check_transaction_state(self, producer_group: str, ext: dict[str, str], body: bytes) -> bool:
         """Send CHECK_TRANSACTION_STATE (oneway, its own opaque) to a live producer of the group
-        (issue 5's transaction check service uses this). False when no producer is connected."""
+        (the transaction check service uses this). False when no producer is connected."""
         channel = self.producers.any_channel(producer_group)
         if channel is None:
             return False

@@ -1,17 +1,7 @@
-"""``rmqgate serve``: the name server and/or the broker in one asyncio process.
-
-With no arguments both roles run (name server on 9876, broker on 10911, store ~/.rmqgate/store, the
-broker registering with the local name server). broker.conf keys are read with ``--conf``; command-line
-flags win over the file. When listening, one line goes to stdout for harnesses to wait on::
-
-    rmqgate ready: namesrv 127.0.0.1:9876 broker 127.0.0.1:10911
-
-SIGTERM/SIGINT: unregister from the name servers, answer parked pulls, flush and close the store
-(removing its abort file), exit 0.
-
-``--brokers N`` (broker.conf ``brokerProcesses``; ``auto`` = one per CPU) runs N broker processes of one
-cluster under a supervisor (server/cluster.py) instead of one broker in this process; the ready line
-then names each: ``rmqgate ready: namesrv HOST:PORT broker HOST:PORT broker HOST:PORT ...``.
+"""``rmqgate serve``: the name server and/or the broker in one asyncio process (both by default),
+or with ``--brokers N`` a supervisor of N broker processes (server/cluster.py). broker.conf keys come
+from ``--conf``, flags win; once listening, one ``rmqgate ready: ...`` line goes to stdout. SIGTERM/SIGINT
+unregister, answer parked pulls, close the store and exit 0.
 """
 
 from __future__ import annotations
