@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 
 from rmqgate.server.client import RemotingClient
 from rmqgate.server.remoting import Channel, Pending, RemotingServer, RequestProcessor
-from rmqgate.server.testing import async_test
+from rmqgate.server.testing import async_test, wait_for
 from rmqgate.wire import FrameDecoder, RemotingCommand, ResponseCode, SerializeType, encode_frame
 from rmqgate.wire.errors import HeaderFieldError
 
@@ -154,6 +154,17 @@ async def _raw(port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
     return await asyncio.open_connection("127.0.0.1", port)
 
 
+async def _stuck_peer(srv: RemotingServer, requests: int) -> tuple[asyncio.StreamWriter, Channel]:
+    """A peer that sends ``requests`` 16 KiB echoes and never reads: returned once the server's channel
+    to it is over its write high-water mark (no longer writable)."""
+    _reader, writer = await _raw(srv.port)
+    writer.transport.set_write_buffer_limits(high=1 << 30)
+    writer.write(encode_frame(RemotingCommand.request(ECHO, body=b"z" * 16384)) * requests)
+    (channel,) = await wait_for(lambda: srv.channels)
+    await wait_for(lambda: not channel.writable)
+    return writer, channel
+
+
 async def _read_closed(reader: asyncio.StreamReader) -> bool:
     data = await asyncio.wait_for(reader.read(), 3)
     return data == b""
@@ -280,17 +291,10 @@ async def test_idle_peer_that_never_reads_is_closed() -> None:
     srv = RemotingServer("127.0.0.1", 0, [Echo()], idle_timeout=0.5, write_high_water=64 * 1024)
     await srv.start()
     try:
-        _reader, writer = await _raw(srv.port)
-        writer.transport.set_write_buffer_limits(high=1 << 30)
-        writer.write(encode_frame(RemotingCommand.request(ECHO, body=b"z" * 16384)) * 400)
-        await asyncio.sleep(0.3)
-        (channel,) = srv.channels
+        writer, channel = await _stuck_peer(srv, 400)
         assert channel.transport.get_write_buffer_size() > 0
-        for _ in range(50):
-            if channel.closed:
-                break
-            await asyncio.sleep(0.1)
-        assert channel.closed and channel not in srv.channels
+        await wait_for(lambda: channel.closed, timeout=5)
+        assert channel not in srv.channels
         writer.transport.abort()
     finally:
         await srv.stop()
@@ -303,11 +307,7 @@ async def test_default_server_holds_about_a_mebibyte_for_a_peer_that_never_reads
     srv = RemotingServer("127.0.0.1", 0, [Echo()])
     await srv.start()
     try:
-        _reader, writer = await _raw(srv.port)
-        writer.transport.set_write_buffer_limits(high=1 << 30)
-        writer.write(encode_frame(RemotingCommand.request(ECHO, body=b"z" * 16384)) * 2000)
-        await asyncio.sleep(1.0)
-        (channel,) = srv.channels
+        writer, channel = await _stuck_peer(srv, 2000)
         assert 0 < channel.transport.get_write_buffer_size() < 1024 * 1024 + 512 * 1024
         writer.transport.abort()
     finally:
