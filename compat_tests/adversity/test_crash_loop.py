@@ -35,7 +35,7 @@ import pytest
 
 from rmqgate.compat_tests import java
 from rmqgate.compat_tests.drivers import CPP_DRIVER, Background, cpp_env
-from rmqgate.compat_tests.servers import BROKER_CONF, ServerProcess, free_port, log_tail
+from rmqgate.compat_tests.servers import BROKER_CONF, ServerProcess, free_broker_port, free_port, log_tail
 from rmqgate.compat_tests.wire_client import WireClient, create_routed_topic, stored_messages, wait_until
 from rmqgate.wire.codes import RequestCode, ResponseCode
 
@@ -63,7 +63,7 @@ class Broker:
     def __init__(self, workdir: Path, flush: str) -> None:
         self.workdir = workdir
         self.conf = conf(flush)
-        self.ns_port, self.broker_port = free_port(), free_port()
+        self.ns_port, self.broker_port = free_port(), free_broker_port()
         self.starts = 0
         self.server: ServerProcess | None = None
         self.start()
