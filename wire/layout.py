@@ -72,6 +72,15 @@ def fixed_struct(con: Construct) -> struct.Struct:
     return struct.Struct(order.pop() + "".join(f.fmtstr[1:] for _, f in fields))
 
 
+def joined_struct(*parts: struct.Struct) -> struct.Struct:
+    """One ``struct.Struct`` for derived layouts that follow each other in a frame (one pack or unpack
+    where a hot path would otherwise make several)."""
+    order = {p.format[0] for p in parts}
+    if len(order) != 1:
+        raise ValueError("mixed byte orders in one joined layout")
+    return struct.Struct(order.pop() + "".join(p.format[1:] for p in parts))
+
+
 def fixed_field_names(con: Construct) -> tuple[str, ...]:
     return tuple(name for name, _ in _format_fields(con))
 

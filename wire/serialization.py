@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import operator
-import struct
 from collections.abc import Callable
 
 from rmqgate.wire.codes import LanguageCode, SerializeType
@@ -17,6 +16,7 @@ from rmqgate.wire.layout import (
     FRAME_PREFIX,
     REMARK_LENGTH,
     ROCKETMQ_FIXED,
+    joined_struct,
 )
 
 _LANGUAGE_BY_NAME = {lang.name: int(lang) for lang in LanguageCode}
@@ -93,17 +93,7 @@ def decode_json_header(data: bytes | bytearray | memoryview) -> RemotingCommand:
             if type(value) is not str:
                 ext = {k: _ext_value(v) for k, v in ext.items() if v is not None}
                 break
-    cmd = _new_command(RemotingCommand)
-    cmd.code = code
-    cmd.language = language
-    cmd.version = version
-    cmd.opaque = opaque
-    cmd.flag = flag
-    cmd.remark = remark
-    cmd.ext_fields = ext
-    cmd.body = None
-    cmd.serialize_type = _JSON
-    return cmd
+    return _command(code, language, version, opaque, flag, remark, ext, _JSON)
 
 
 def encode_json_header(cmd: RemotingCommand) -> bytes:
@@ -137,7 +127,7 @@ _EXT_LEN_SIZE = EXT_TOTAL_LENGTH.size
 _REMARK_START = _FIXED_SIZE + REMARK_LENGTH.size
 _new_command = RemotingCommand.__new__
 # the fixed fields, the remark's length and (when the remark is empty) the extFields' length
-_HEAD = struct.Struct(ROCKETMQ_FIXED.format + REMARK_LENGTH.format[1:] + EXT_TOTAL_LENGTH.format[1:])
+_HEAD = joined_struct(ROCKETMQ_FIXED, REMARK_LENGTH, EXT_TOTAL_LENGTH)
 _HEAD_SIZE = _HEAD.size
 _unpack_head = _HEAD.unpack_from
 
@@ -230,9 +220,14 @@ def _decode_ext_fields(data: bytes, pos: int, stop: int) -> dict[str, str]:
         ext[data[pos:key_end].decode()] = data[value_start:value_end].decode()
         lengths += (klen, vlen)
         pos = value_end
-    # no key twice; two entries or more (an itemgetter of one slice returns no tuple) and a bounded
-    # number (a layout's slices stay in memory)
-    if pos == stop and len(ext) * 2 == len(lengths) and 2 <= len(ext) <= _MAX_LAYOUT_ENTRIES:
+    # no key twice; two entries or more (an itemgetter of one slice returns no tuple), a bounded number
+    # and bounded key bytes (a layout keeps its keys and their lengths' bytes)
+    if (
+        pos == stop
+        and len(ext) * 2 == len(lengths)
+        and 2 <= len(ext) <= _MAX_LAYOUT_ENTRIES
+        and sum(lengths[0::2]) <= _MAX_LAYOUT_KEY_BYTES
+    ):
         seen = tuple(lengths)
         size = stop - start
         if _ext_candidates.get(size) == seen:
@@ -287,6 +282,8 @@ class _ExtLayout:
 
 _MAX_EXT_LAYOUTS = 64
 _MAX_LAYOUT_ENTRIES = 64  # request headers have well under 64 fields
+# with 64 layouts, at most ~0.5 MiB of keys held (a key may be 32 KiB, so 64 of them would be 2 MiB)
+_MAX_LAYOUT_KEY_BYTES = 4096
 #: extFields layouts by the map's byte length: the last layout seen twice in a row at that length
 _ext_layouts: dict[int, _ExtLayout] = {}
 _ext_candidates: dict[int, tuple[int, ...]] = {}  # by the map's byte length: the last layout seen
@@ -360,9 +357,7 @@ _pack_ext_len = EXT_TOTAL_LENGTH.pack
 _pack_key_len = EXT_KEY_LENGTH.pack
 _pack_value_len = EXT_VALUE_LENGTH.pack
 # frame prefix, fixed fields, remark length and extFields length: four declared layouts in one pack
-_FRAME_HEAD = struct.Struct(
-    FRAME_PREFIX.format + "".join(s.format[1:] for s in (ROCKETMQ_FIXED, REMARK_LENGTH, EXT_TOTAL_LENGTH))
-)
+_FRAME_HEAD = joined_struct(FRAME_PREFIX, ROCKETMQ_FIXED, REMARK_LENGTH, EXT_TOTAL_LENGTH)
 _pack_frame_head = _FRAME_HEAD.pack
 _HEAD_AFTER_PREFIX = _FRAME_HEAD.size - FRAME_PREFIX.size
 _ROCKETMQ_WORD = int(_ROCKETMQ) << 24

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rmqgate.wire import FrameDecoder, RemotingCommand, encode_frame
+from rmqgate.wire import FrameDecoder, RemotingCommand, encode_frame, serialization
 from rmqgate.wire.codes import LanguageCode, SerializeType
 from rmqgate.wire.errors import HeaderError
 from rmqgate.wire.frame import encode_header
@@ -129,3 +129,14 @@ def test_a_large_map_and_a_one_entry_map_repeat_like_any_other() -> None:
         header = _rocketmq_header(ext)
         for _ in range(3):
             assert decode_rocketmq_header(header).ext_fields == ext
+
+
+def test_a_map_with_long_keys_is_decoded_but_its_layout_not_kept() -> None:
+    """The layouts are shared by every connection: one whose keys hold more than a few KiB is not
+    kept (a hostile client's 32 KiB keys would otherwise stay in memory), a usual one is."""
+    for ext, kept in (({"k" * 3000: "a", "K" * 3000: "b"}, False), ({"topic": "T", "queueId": "1"}, True)):
+        header = _rocketmq_header(ext)
+        for _ in range(3):
+            assert decode_rocketmq_header(header).ext_fields == ext
+        map_length = len(header) - serialization._HEAD_SIZE
+        assert (map_length in serialization._ext_layouts) is kept
