@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
-import json
 import random
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -53,7 +52,7 @@ from rmqgate.wire.message import (
     reset_transaction,
     transaction_type,
 )
-from rmqgate.wire.serialization import encode_ext_fields, rocketmq_frame
+from rmqgate.wire.serialization import encode_ext_fields, encode_json_header, rocketmq_frame
 
 if TYPE_CHECKING:
     from rmqgate.server.broker import BrokerController
@@ -77,6 +76,30 @@ _pack_value_len = EXT_VALUE_LENGTH.pack
 _EXT_MSG_ID, _EXT_QUEUE_ID, _EXT_QUEUE_OFFSET = (
     encode_ext_fields({key: ""})[: -EXT_VALUE_LENGTH.size] for key in ("msgId", "queueId", "queueOffset")
 )
+_OPAQUE_SLOT = 0x7FFFFFF1  # an opaque no template field holds
+
+
+def _json_send_ok_template(region: str, trace_on: str) -> bytes | None:
+    """The JSON SEND_OK header as encode_json_header writes it, with %-slots for msgId (prefix bytes,
+    offset), queueId, queueOffset and opaque: derived from the generic encoding once per processor, so
+    the two cannot drift apart. None where the region holds a slot's marker (the generic path answers)."""
+    slots = {"msgId": ("msgId-slot-5e1f", "%s%016X"), "queueId": ("queueId-slot-5e1f", "%d")}
+    slots["queueOffset"] = ("queueOffset-slot-5e1f", "%d")
+    ext = {**{key: mark for key, (mark, _) in slots.items()}, "MSG_REGION": region, "TRACE_ON": trace_on}
+    ext = dict(sorted(ext.items()))  # the keys in the order fastjson writes this answer's map
+    ok = RemotingCommand(
+        0, language=_LANG_JAVA, version=BROKER_VERSION, opaque=_OPAQUE_SLOT, flag=RESPONSE_FLAG,
+        ext_fields=ext, serialize_type=_JSON,
+    )  # fmt: skip
+    head = encode_json_header(ok).replace(b"%", b"%%")
+    marks = [(f'"{mark}"'.encode(), f'"{slot}"'.encode()) for mark, slot in slots.values()]
+    marks.append((b'"opaque":%d' % _OPAQUE_SLOT, b'"opaque":%d'))
+    for mark, slot in marks:
+        if head.count(mark) != 1:
+            return None
+        head = head.replace(mark, slot)
+    return head
+
 
 _PUT_ERRORS: dict[PutMessageStatus, tuple[int, str]] = {
     PutMessageStatus.CREATE_MAPEDFILE_FAILED: (
@@ -163,11 +186,7 @@ class SendMessageProcessor(RequestProcessor):
         self.trace_on = "true" if broker.config.traceOn else "false"
         self.max_message_size = broker.config.maxMessageSize
         self.ha = broker.ha_service if broker.config.brokerRole == "SYNC_MASTER" else None
-        self._json_ok = (
-            '{"code":0,"extFields":{"MSG_REGION":' + json.dumps(self.region, ensure_ascii=False).replace("%", "%%")
-            + ',"TRACE_ON":"' + self.trace_on + '","msgId":"%s%016X","queueId":"%d","queueOffset":"%d"},"flag":1,'
-            '"language":"JAVA","opaque":%d,"serializeTypeCurrentRPC":"JSON","version":' + str(BROKER_VERSION) + "}"
-        ).encode()  # fmt: skip
+        self._json_ok = _json_send_ok_template(self.region, self.trace_on)
         # the ROCKETMQ answer's extFields entries after queueOffset, in encode_rocketmq_header's order
         self._rocketmq_ok_tail = encode_ext_fields({"MSG_REGION": self.region, "TRACE_ON": self.trace_on})
 
@@ -270,7 +289,7 @@ class SendMessageProcessor(RequestProcessor):
 
     def response(self, request: RemotingCommand, result: PutResult) -> RemotingCommand | bytes:
         status = result.status
-        if status is _PUT_OK and request.serialize_type == _JSON and result.msg_ids is None:
+        if status is _PUT_OK and request.serialize_type == _JSON and result.msg_ids is None and self._json_ok:
             # the common answer, encoded in one step: what encode_json_header writes for it
             head = self._json_ok % (
                 result.msg_id_prefix,
