@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import mmap
 import os
 import threading
@@ -34,6 +35,7 @@ DATABASES = (TOPICS, SUBSCRIPTION_GROUPS, CONSUMER_OFFSETS, DELAY_OFFSETS)
 _VERSIONS = "data_versions"
 _JOURNAL = "offsets.journal"  # consumer offset changes since the last persist, replayed at open
 _JOURNAL_SIZE = 1 << 20
+log = logging.getLogger(__name__)
 _IMPORT_STATE = b"#import-state"  # in the versions database, beside the tables' data versions
 
 _dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
@@ -201,14 +203,15 @@ class LmdbMetaStore:
                 found.append((int(seq), path))
         return sorted(found)
 
-    def _open_journal(self) -> None:
-        """A new journal file of ``_JOURNAL_SIZE`` zero bytes, mapped: an entry is a copy into the map
-        (the page cache keeps it when the process dies), not a system call."""
+    def _open_journal(self, size: int = 0) -> None:
+        """A new journal file of ``_JOURNAL_SIZE`` zero bytes (or ``size``, for one longer entry), mapped:
+        an entry is a copy into the map (the page cache keeps it when the process dies), not a system call."""
         path = self.path / f"{_JOURNAL}.{self._journal_seq}"
+        size = max(size, _JOURNAL_SIZE)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
-            os.ftruncate(fd, _JOURNAL_SIZE)
-            self._journal = mmap.mmap(fd, _JOURNAL_SIZE)
+            os.ftruncate(fd, size)
+            self._journal = mmap.mmap(fd, size)
         finally:
             os.close(fd)
         self._journal_pos = 0
@@ -220,31 +223,41 @@ class LmdbMetaStore:
         """Append one change to the journal (called under ``_lock``); a full journal is followed by a
         new one (both replayed until the next persist)."""
         end = self._journal_pos + len(line)
-        if end > _JOURNAL_SIZE:
+        if end > len(self._journal):  # a group name may be megabytes long: such a line gets a journal
             self._journal.close()
             self._journal_seq += 1
-            self._open_journal()
+            self._open_journal(len(line))
             end = len(line)
         self._journal[end - len(line) : end] = line
         self._journal_pos = end
 
     def _replay(self, path: Path) -> None:
         """Apply a journal's changes: [key, queueId, offset], ["-", key] (deleted), ["*"] (all replaced)."""
+        skipped = 0
         for line in path.read_bytes().rstrip(b"\0").splitlines():
             try:
-                entry = _loads(line)
-            except ValueError:  # a line cut short when the process died
-                continue
-            if len(entry) == 3:
-                key, queue_id, offset = entry
-                self._offsets.setdefault(key, {})[int(queue_id)] = int(offset)
-                self._dirty.add(key)
-            elif entry[0] == "-":
-                self._offsets.pop(entry[1], None)
-                self._dirty.discard(entry[1])
-            elif entry[0] == "*":
-                self._offsets.clear()
-                self._dirty.clear()
+                self._apply(_loads(line))
+            except (ValueError, TypeError, IndexError, KeyError):  # cut short when the process died
+                skipped += 1
+        if skipped:
+            log.warning("%s: %d unreadable consumer offset journal entries skipped", path, skipped)
+
+    def _apply(self, entry: list[Any]) -> None:
+        if len(entry) == 3:
+            key, queue_id, offset = entry
+            queue_id, offset = int(queue_id), int(offset)
+            if type(key) is not str:
+                raise TypeError(key)
+            self._offsets.setdefault(key, {})[queue_id] = offset
+            self._dirty.add(key)
+        elif entry[0] == "-" and len(entry) == 2 and type(entry[1]) is str:
+            self._offsets.pop(entry[1], None)
+            self._dirty.discard(entry[1])
+        elif entry == ["*"]:
+            self._offsets.clear()
+            self._dirty.clear()
+        else:
+            raise ValueError(entry)
 
     def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         key = f"{topic}@{group}"

@@ -274,3 +274,40 @@ def test_a_commit_outlives_a_killed_process_without_an_fsync(tmp_path: Path) -> 
         assert meta.get(TOPICS, "Killed") == {"topicName": "Killed", "perm": 6}
     finally:
         meta.close()
+
+
+def test_a_group_name_longer_than_a_journal_is_journaled_and_replayed(tmp_path: Path) -> None:
+    """A commit whose line does not fit a journal gets a journal of its own; the next open replays it."""
+    root = tmp_path / "meta"
+    script = f"""
+import os
+from rmqgate.store.meta import LmdbMetaStore, _JOURNAL_SIZE
+meta = LmdbMetaStore({str(root)!r})
+meta.commit_offset("g" * (_JOURNAL_SIZE + 10), "T", 0, 5)
+meta.commit_offset("g", "T", 1, 6)
+os._exit(0)
+"""
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=60)
+    meta = LmdbMetaStore(root)
+    try:
+        assert meta.query_offset("g" * ((1 << 20) + 10), "T", 0) == 5
+        assert meta.query_offset("g", "T", 1) == 6
+    finally:
+        meta.close()
+
+
+def test_unreadable_journal_entries_are_skipped_at_open(tmp_path: Path) -> None:
+    """A journal holding lines that are not offset changes (a torn write, a damaged file) still opens:
+    those lines are skipped and the readable ones replayed."""
+    root = tmp_path / "meta"
+    LmdbMetaStore(root).close()
+    lines = [
+        b'["T@g",0,7]', b"123", b"[]", b'{"a":1}', b'[1,2,3]', b'["T@g","x",1]', b'["-"]', b'["*",1]',
+        b'["T@h",2,9]', b'["T@g",1,',
+    ]  # fmt: skip
+    (root / "offsets.journal.3").write_bytes(b"\n".join(lines) + b"\0" * 64)
+    meta = LmdbMetaStore(root)
+    try:
+        assert meta.offset_table() == {"T@g": {0: 7}, "T@h": {2: 9}}
+    finally:
+        meta.close()
