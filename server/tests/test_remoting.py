@@ -316,17 +316,19 @@ async def test_default_server_holds_about_a_mebibyte_for_a_peer_that_never_reads
 
 @async_test
 async def test_start_lifts_the_open_files_soft_limit() -> None:
+    """The soft limit goes up to the hard one (left as it is under an unlimited hard limit). Only the
+    soft limit is changed here: an unprivileged process cannot raise a hard limit it lowered."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if hard == resource.RLIM_INFINITY or hard <= 512:
-        hard = 4096  # a finite hard limit to lift the soft one to
-    resource.setrlimit(resource.RLIMIT_NOFILE, (512, hard))
+    unlimited = hard == resource.RLIM_INFINITY
+    low = min(soft, 256) if unlimited else min(soft, 256, max(hard // 2, 1))
+    resource.setrlimit(resource.RLIMIT_NOFILE, (low, hard))
     srv = RemotingServer("127.0.0.1", 0, [Echo()])
     try:
         await srv.start()
-        assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] == hard
+        assert resource.getrlimit(resource.RLIMIT_NOFILE) == (low if unlimited else hard, hard)
     finally:
         await srv.stop()
-        resource.setrlimit(resource.RLIMIT_NOFILE, (min(soft, hard), hard))
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
 
 @async_test
