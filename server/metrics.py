@@ -22,7 +22,7 @@ from collections import deque
 from collections.abc import Awaitable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from time import perf_counter
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from prometheus_client.core import (
     CollectorRegistry,
@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from rmqgate.server.broker import BrokerController
 
 log = logging.getLogger("rmqgate.server.metrics")
+K = TypeVar("K", str, tuple[str, str])
 
 RETRY_PREFIX = "%RETRY%"
 DLQ_PREFIX = "%DLQ%"
@@ -123,13 +124,15 @@ class LatencyHistogram:
 class TimedProcessor(RequestProcessor):
     """A processor whose answers are timed into ``histogram`` (from the request's dispatch to its answer:
     a SYNC_FLUSH send's group commit included; a pull parked for a long poll is not counted) and whose
-    bytes are added up by topic (sends: the request body) or topic@group (pulls: the answer's body)."""
+    bytes are added up by topic (sends: the request body) or by (topic, group) (pulls: the answer's body;
+    kept as a pair, not joined, since either name may hold any character)."""
 
     def __init__(self, inner: RequestProcessor, histogram: LatencyHistogram, *, pull: bool) -> None:
         self.inner = inner
         self.histogram = histogram
         self.pull = pull
-        self.bytes: dict[str, int] = {}
+        self.topic_bytes: dict[str, int] = {}
+        self.group_bytes: dict[tuple[str, str], int] = {}
         self.codes = inner.codes  # type: ignore[misc]
 
     def process(self, channel: Channel, request: RemotingCommand) -> Any:
@@ -144,7 +147,7 @@ class TimedProcessor(RequestProcessor):
             ext = request.ext_fields
             if ext is not None:
                 key = ext.get("b") or ext.get("topic") or ""  # (SEND_MESSAGE_V2's short names)
-                sizes = self.bytes
+                sizes = self.topic_bytes
                 sizes[key] = sizes.get(key, 0) + len(request.body or b"")
             return result
         if kind is bytes or kind is RemotingCommand:
@@ -172,15 +175,15 @@ class TimedProcessor(RequestProcessor):
         if self.pull:
             if type(result) is not RemotingCommand or result.code != ResponseCode.SUCCESS or not result.body:
                 return
-            key = f"{ext.get('topic')}@{ext.get('consumerGroup')}"
-            size = len(result.body)
-        else:
-            if type(result) is RemotingCommand and result.code != ResponseCode.SUCCESS:
-                return
-            key = ext.get("b") or ext.get("topic") or ""
-            size = len(request.body or b"")
-        sizes = self.bytes
-        sizes[key] = sizes.get(key, 0) + size
+            pair = (str(ext.get("topic")), str(ext.get("consumerGroup")))
+            groups = self.group_bytes
+            groups[pair] = groups.get(pair, 0) + len(result.body)
+            return
+        if type(result) is RemotingCommand and result.code != ResponseCode.SUCCESS:
+            return
+        key = ext.get("b") or ext.get("topic") or ""
+        sizes = self.topic_bytes
+        sizes[key] = sizes.get(key, 0) + len(request.body or b"")
 
 
 @dataclass
@@ -209,7 +212,7 @@ class BrokerSnapshot:
     send_latency: tuple[list[int], float] | None = None
     pull_latency: tuple[list[int], float] | None = None
     put_bytes: dict[str, int] = field(default_factory=dict)
-    get_bytes: dict[str, int] = field(default_factory=dict)
+    get_bytes: dict[tuple[str, str], int] = field(default_factory=dict)
     ms: int = 0
 
 
@@ -321,9 +324,9 @@ class BrokerMetrics:
         snap.send_latency = (list(self.send_latency.counts), self.send_latency.total)
         snap.pull_latency = (list(self.pull_latency.counts), self.pull_latency.total)
         if self.send is not None:
-            snap.put_bytes = dict(self.send.bytes)
+            snap.put_bytes = dict(self.send.topic_bytes)
         if self.pull is not None:
-            snap.get_bytes = dict(self.pull.bytes)
+            snap.get_bytes = dict(self.pull.group_bytes)
         return snap
 
 
@@ -347,13 +350,14 @@ def _number(text: str) -> float | None:
         return None
 
 
-class _Rates:
-    """Bytes a second over about the last minute from running totals seen at each scrape."""
+class _Rates(Generic[K]):
+    """Bytes a second over about the last minute from running totals (by topic, or by (topic, group))
+    seen at each scrape."""
 
     def __init__(self, start_s: float) -> None:
-        self.seen: deque[tuple[float, dict[str, int]]] = deque([(start_s, {})])  # counted from the start
+        self.seen: deque[tuple[float, dict[K, int]]] = deque([(start_s, {})])  # counted from the start
 
-    def rates(self, now_s: float, totals: dict[str, int]) -> dict[str, float]:
+    def rates(self, now_s: float, totals: dict[K, int]) -> dict[K, float]:
         seen = self.seen
         seen.append((now_s, totals))
         while len(seen) > 2 and now_s - seen[1][0] >= SIZE_WINDOW_S:
@@ -373,8 +377,8 @@ class RocketMQCollector:
         self.brokers = list(brokers)
         self.loop = loop
         self.timeout = timeout
-        self._put_rates: dict[str, _Rates] = {}
-        self._get_rates: dict[str, _Rates] = {}
+        self._put_rates: dict[str, _Rates[str]] = {}
+        self._get_rates: dict[str, _Rates[tuple[str, str]]] = {}
         self._lock = threading.Lock()
         self._started = time.monotonic()
 
@@ -498,12 +502,11 @@ class RocketMQCollector:
                     m["producer_offset"].add_metric([c, b, topic], offset)
                 if tps is not None:
                     m["producer_tps"].add_metric([c, b, topic], tps)
-            put_rates = self._put_rates.setdefault(s.addr, _Rates(self._started))
-            get_rates = self._get_rates.setdefault(s.addr, _Rates(self._started))
+            put_rates = self._put_rates.setdefault(s.addr, _Rates[str](self._started))
+            get_rates = self._get_rates.setdefault(s.addr, _Rates[tuple[str, str]](self._started))
             for topic, rate in put_rates.rates(now, s.put_bytes).items():
                 m["producer_size"].add_metric([c, b, topic], rate)
-            for key, rate in get_rates.rates(now, s.get_bytes).items():
-                topic, _, group = key.partition("@")
+            for (topic, group), rate in get_rates.rates(now, s.get_bytes).items():
                 m["consumer_size"].add_metric([c, b, topic, group], rate)
             for group, n in s.producers.items():
                 m["producer_count"].add_metric([c, b, group], n)

@@ -8,6 +8,7 @@ import json
 import urllib.request
 from typing import Any
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from rmqgate.server.client import RemotingClient
@@ -20,9 +21,11 @@ from rmqgate.server.metrics import (
     TimedProcessor,
     pmdt,
 )
+from rmqgate.server.remoting import Channel, RequestProcessor
 from rmqgate.server.testing import LocalBroker, async_test, heartbeat, pull_cmd, send_v2
 from rmqgate.wire.bodies import ConsumeStats
 from rmqgate.wire.codes import RequestCode as R
+from rmqgate.wire.codes import ResponseCode
 from rmqgate.wire.command import RemotingCommand
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
@@ -125,6 +128,39 @@ def test_every_broker_is_labelled_by_its_name() -> None:
     assert types["rocketmq_broker_send_latency_seconds"] == "histogram"
     assert types["rocketmq_producer_tps"] == "gauge"
     assert types["rocketmq_broker_transaction_checks"] == "counter"
+
+
+class _Answering(RequestProcessor):
+    """A pull processor that finds ``size`` bytes for every pull."""
+
+    codes = (int(R.PULL_MESSAGE),)
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+    def process(self, channel: Channel, request: RemotingCommand) -> RemotingCommand:
+        return request.response(ResponseCode.SUCCESS, body=b"m" * self.size)
+
+
+def test_pull_bytes_keep_topic_and_group_apart_when_a_name_holds_an_at_sign() -> None:
+    timed = TimedProcessor(_Answering(10), LatencyHistogram(), pull=True)
+    pulls = (("T@x", "G", 1), ("T", "x@G", 3))  # joined with '@', both would read "T@x@G"
+    for topic, group, times in pulls:
+        for _ in range(times):
+            timed.process(None, pull_cmd(topic, 0, group=group))  # type: ignore[arg-type]
+    assert timed.group_bytes == {("T@x", "G"): 10, ("T", "x@G"): 30}
+    snap = _snapshot("broker-a", "h:1")
+    snap.get_bytes = dict(timed.group_bytes)
+    collector = RocketMQCollector([], asyncio.new_event_loop())
+    sizes = {
+        (s.labels["topic"], s.labels["group"]): s.value
+        for family in collector.families([snap])
+        if family.name == "rocketmq_consumer_message_size"
+        for s in family.samples
+    }
+    assert set(sizes) == {("T@x", "G"), ("T", "x@G")}
+    assert sizes[("T@x", "G")] > 0  # (rates over the same elapsed time)
+    assert sizes[("T", "x@G")] == pytest.approx(3 * sizes[("T@x", "G")])
 
 
 def _table(answer: RemotingCommand) -> dict[str, str]:
