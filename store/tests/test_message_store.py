@@ -612,10 +612,10 @@ def test_concurrent_writers_readers_and_cleanup(tmp_path: Path) -> None:
 
 
 def test_offset_by_time_picks_exact_or_closest(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import rmqgate.store.message_store as ms
+    import rmqgate.store.put_message as pm
 
     times = iter([1000, 2000, 2000, 2000, 5000, 9000])
-    monkeypatch.setattr(ms, "_time_ns", lambda: next(times) * 1_000_000)
+    monkeypatch.setattr(pm, "_time_ns", lambda: next(times) * 1_000_000)
     s = DefaultMessageStore.open(cfg(tmp_path), start_services=False)
     try:
         for _ in range(6):

@@ -375,10 +375,10 @@ def test_a_failed_dispatch_leaves_the_abort_file_and_the_next_start_dispatches_a
 def test_abnormal_recovery_starts_from_checkpoint_segment(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import rmqgate.store.message_store as ms
+    import rmqgate.store.put_message as pm
 
     clock = iter(range(1_700_000_000_000, 1_800_000_000_000, 1000))  # one second per append
-    monkeypatch.setattr(ms, "_time_ns", lambda: next(clock) * 1_000_000)
+    monkeypatch.setattr(pm, "_time_ns", lambda: next(clock) * 1_000_000)
     cfg = small(tmp_path)
     cfg.max_index_num = 30  # full index files are kept after a crash; only the open one is rebuilt
     s = DefaultMessageStore.open(cfg, start_services=False)
