@@ -6,6 +6,10 @@ frame and ROCKETMQ header in ``wire.layout``, the CommitLog record and batch ele
 the header classes of ``wire.headers``, the JSON header keys from the codec's own JSON encoder, the
 codes from ``wire.codes``. The Lua side is a generic walker over those tables, so the dissector
 cannot drift from the codec: regenerate it with ``rmqgate pcap dissector > rocketmq.lua``.
+
+Compressed message bodies are inflated when zlib (the 4.x clients' only type, a 5.x client's
+default); LZ4 and ZSTD bodies (5.x clients) are marked with their type but shown compressed, as
+Wireshark's Lua API (``TvbRange:uncompress``, Wireshark 4.0) inflates zlib only.
 """
 
 from __future__ import annotations
@@ -317,6 +321,15 @@ def _sysflag_bits() -> str:
     return "{" + ", ".join(items) + "}"
 
 
+def _compression_names() -> str:
+    """Compression type bits -> name (the MessageSysFlag constants inside COMPRESSION_MASK)."""
+    mask = MessageSysFlag.COMPRESSION_MASK
+    constants = {n: v for n, v in vars(MessageSysFlag).items() if n.isupper() and isinstance(v, int)}
+    return _table(
+        (v, lua_string(n.lower())) for n, v in constants.items() if v and v & mask == v and v != mask
+    )
+
+
 def _code_tables(mapping: dict[int, Any], render: Any) -> str:
     return _table((int(code), render(value)) for code, value in mapping.items())
 
@@ -358,6 +371,7 @@ def generate() -> str:
         "@COMPRESSED@": str(MessageSysFlag.COMPRESSED),
         "@COMPRESSION_MASK@": str(MessageSysFlag.COMPRESSION_MASK),
         "@ZLIB@": str(MessageSysFlag.ZLIB),
+        "@COMPRESSION_NAMES@": _compression_names(),
         "@REQUEST_BODIES@": _code_tables(REQUEST_BODIES, lua_string),
         "@RESPONSE_BODIES@": _code_tables(RESPONSE_BODIES, lua_string),
         "@JSON_REQUEST_BODIES@": _code_tables(JSON_REQUEST_BODIES, lambda c: lua_string(c.__name__)),

@@ -31,6 +31,7 @@ local SYSFLAG_BITS = @SYSFLAG_BITS@
 local COMPRESSED = @COMPRESSED@
 local COMPRESSION_MASK = @COMPRESSION_MASK@
 local ZLIB = @ZLIB@
+local COMPRESSION_NAMES = @COMPRESSION_NAMES@
 local REQUEST_BODIES = @REQUEST_BODIES@
 local RESPONSE_BODIES = @RESPONSE_BODIES@
 local JSON_REQUEST_BODIES = @JSON_REQUEST_BODIES@
@@ -429,7 +430,8 @@ local function show_body(tree, range, sys_flag, pinfo)
         item:append_text(" (zlib, does not inflate)")
       end
     else
-      item:append_text(" (compression type " .. kind .. ")")
+      -- (Wireshark's Lua API inflates zlib only)
+      item:append_text(" (" .. (COMPRESSION_NAMES[kind] or ("compression type " .. kind)) .. ", not inflated here)")
     end
   end
 end

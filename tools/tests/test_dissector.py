@@ -9,6 +9,7 @@ heuristic on another port and that garbage or cut-short frames never raise a Lua
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import random
@@ -40,7 +41,7 @@ from rmqgate.wire.bodies import DataVersion, RegisterBrokerBody, TopicConfig, To
 from rmqgate.wire.codes import RequestCode, ResponseCode, SerializeType
 from rmqgate.wire.command import RESPONSE_FLAG
 from rmqgate.wire.headers import RegisterBrokerRequestHeader, SendMessageRequestHeader
-from rmqgate.wire.message import StoredMessage, decode_batch, iter_messages
+from rmqgate.wire.message import StoredMessage, compress_body, compression_flags, decode_batch, iter_messages
 
 _CORPUS = Path(os.environ.get("RMQGATE_CORPUS", Path(__file__).resolve().parents[3] / "shared" / "corpus"))
 PCAPS = sorted(p.relative_to(_CORPUS).as_posix() for p in _CORPUS.glob("pcap*/*.pcap"))
@@ -328,6 +329,32 @@ def test_a_send_frame_shows_its_declared_fields(lua_script: Path) -> None:
     route = _tshark(lua_script, pcap, "-V", "-Y", "rocketmq.json.brokerName")
     _no_lua_error(route)
     assert "TopicRouteData" in route.stdout
+
+
+@needs_tshark
+def test_compressed_send_bodies_show_their_type_and_zlib_ones_inflate(
+    lua_script: Path, tmp_path: Path
+) -> None:
+    """The three types a 5.x client compresses with, made by the codec: zlib inflates (its text shown),
+    ZSTD and LZ4 are marked with their type and left compressed (Wireshark's Lua inflates zlib only)."""
+    kinds = ["zlib", "zstd"]
+    if importlib.util.find_spec("lz4") is not None:  # (the lz4 extra)
+        kinds.append("lz4")
+    text = b"rocketmq body text " * 300
+    frames = []
+    for i, kind in enumerate(kinds):
+        ext = {"a": "PG", "b": f"Topic{kind}", "f": str(compression_flags(kind)), "i": "TAGS\x01t"}
+        cmd = RemotingCommand(int(RequestCode.SEND_MESSAGE_V2), opaque=20 + i, ext_fields=ext)
+        cmd.body = compress_body(text, kind)
+        frames += _packets(10911, [encode_frame(cmd)], sport=41000 + i)
+    pcap = tmp_path / "compressed.pcap"
+    wrpcap(str(pcap), frames)
+    proc = _tshark(lua_script, pcap, "-V")
+    _no_lua_error(proc)
+    assert f"Compressed body: True (zlib, {len(text)} bytes inflated)" in proc.stdout
+    assert "rocketmq body text rocketmq body text" in proc.stdout
+    for kind in kinds[1:]:
+        assert f"Compressed body: True ({kind}, not inflated here)" in proc.stdout
 
 
 @needs_tshark
