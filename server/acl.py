@@ -5,7 +5,8 @@ plain_acl.yml``), re-read when the file changes. Every broker request is checked
 runs (``guard`` wraps the processors only when ACL is on): the global white list lets anything
 through, then the account (``AccessKey``), its own white address (lets it through), the HmacSHA1
 ``Signature`` over the sorted extFields and body (AclClientRPCHook's), then the permission the request
-code needs on its topic / group (retry topic). A refusal is Java's: SYSTEM_ERROR with the
+code needs on its topic / group (retry topic); a code nothing serves is checked too before it is
+REQUEST_CODE_NOT_SUPPORTED (``guarded_unknown_codes``). A refusal is Java's: SYSTEM_ERROR with the
 AclException's ``exceptionSimpleDesc`` as remark.
 """
 
@@ -26,7 +27,7 @@ from typing import Any
 
 import yaml
 
-from rmqgate.server.remoting import Channel, RequestProcessor, server_serialized
+from rmqgate.server.remoting import Channel, RequestProcessor, not_supported, server_serialized
 from rmqgate.wire.bodies import HeartbeatData
 from rmqgate.wire.codes import RequestCode, ResponseCode
 from rmqgate.wire.command import RemotingCommand
@@ -616,3 +617,18 @@ class AclGuard(RequestProcessor):
 
 def guard(processors: Iterable[RequestProcessor], validator: PlainAccessValidator) -> list[RequestProcessor]:
     return [AclGuard(p, validator) for p in processors]
+
+
+class UnknownCodeProcessor(RequestProcessor):
+    """The broker's default processor for codes nothing serves (AdminBrokerProcessor's
+    getUnknownCmdResponse)."""
+
+    def process(self, channel: Channel, request: RemotingCommand) -> RemotingCommand:
+        return not_supported(request)
+
+
+def guarded_unknown_codes(validator: PlainAccessValidator) -> RequestProcessor:
+    """The broker's fallback with ACL on: 4.9.8 runs its RPC hook before whichever processor takes
+    the code, the default one included, so an unknown code is refused unsigned or badly signed and
+    is REQUEST_CODE_NOT_SUPPORTED only once it passes the validator."""
+    return AclGuard(UnknownCodeProcessor(), validator)

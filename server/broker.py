@@ -107,6 +107,7 @@ class BrokerController:
             processors,
             idle_timeout=config.serverChannelMaxIdleTimeSeconds if idle_timeout is None else idle_timeout,
             name="broker",
+            fallback=None if self.acl is None else acl.guarded_unknown_codes(self.acl),
         )
         self.vip_server: RemotingServer | None = None
         self.scan_interval = scan_interval
@@ -214,7 +215,12 @@ class BrokerController:
         if port <= 0:
             return
         vip = RemotingServer(
-            self.server.host, port, (), idle_timeout=self.server.idle_timeout, name="broker-vip"
+            self.server.host,
+            port,
+            (),
+            idle_timeout=self.server.idle_timeout,
+            name="broker-vip",
+            fallback=self.server.fallback,
         )
         pulls = {int(c) for c in PullMessageProcessor.codes}
         vip.table.update({c: p for c, p in self.server.table.items() if c not in pulls})

@@ -504,6 +504,7 @@ class RemotingServer:
         write_high_water: int = DEFAULT_WRITE_HIGH_WATER,
         max_frame_length: int = DEFAULT_MAX_FRAME_LENGTH,
         name: str = "remoting",
+        fallback: RequestProcessor | None = None,
     ) -> None:
         self.host = host
         self.port = port
@@ -513,6 +514,7 @@ class RemotingServer:
         self.write_high_water = write_high_water
         self.max_frame_length = max_frame_length
         self.table: dict[int, RequestProcessor] = {}
+        self.fallback = fallback  # for codes not in the table (None: REQUEST_CODE_NOT_SUPPORTED)
         for processor in processors:
             self.register(processor)
         self.channels: set[Channel] = set()
@@ -527,6 +529,7 @@ class RemotingServer:
     def _new_channel(self) -> Channel:
         return Channel(
             self.table,
+            self.fallback,
             max_inflight=self.max_inflight,
             write_high_water=self.write_high_water,
             max_frame_length=self.max_frame_length,

@@ -248,6 +248,29 @@ def test_broker_config_reports_acl_enable(acl_broker):
     assert "aclEnable=true\n" in bytes(got.body or b"").decode()
 
 
+def test_unknown_code_checked_before_request_code_not_supported(acl_broker):
+    """4.9.8 runs the ACL hook before any processor, the default one included: an unknown code with
+    no key or a bad signature is refused like any request, signed right it is not supported."""
+    unsigned = RemotingCommand.request(9999, {"x": "y"}, b"body")
+    no_ext = RemotingCommand.request(9999)
+    bad = _signed(9999, {"x": "y"}, "userKey001", "userSecret0x", b"body")
+    good = _signed(9999, {"x": "y"}, "userKey001", "userSecret01", b"body")
+    no_key = EXC + "No accessKey is configured, " + acl._AT_VALIDATE_NO_KEY
+    for cmd in (unsigned, no_ext):
+        got = acl_broker.invoke(cmd)
+        assert (got.code, got.remark) == (ResponseCode.SYSTEM_ERROR, no_key)
+    got = acl_broker.invoke(bad)
+    assert got.code == ResponseCode.SYSTEM_ERROR
+    assert (
+        got.remark == EXC + "Check signature failed for accessKey=userKey001, " + acl._AT_VALIDATE_SIGNATURE
+    )
+    got = acl_broker.invoke(good)
+    assert (got.code, got.remark) == (
+        ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+        " request type 9999 not supported",
+    )
+
+
 _text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=40)
 
 
