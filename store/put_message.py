@@ -27,15 +27,8 @@ from rmqgate.wire.message import (
     BLANK_MAGIC,
     END_FILE_MIN_BLANK_LENGTH,
     MAX_TOPIC_BYTES,
-    PROPERTY_DELAY_TIME_LEVEL,
-    PROPERTY_KEYS,
-    PROPERTY_REAL_QUEUE_ID,
-    PROPERTY_REAL_TOPIC,
-    PROPERTY_TAGS,
-    PROPERTY_UNIQ_KEY,
     RECORD_PREFIX,
     MessageExt,
-    MessageSysFlag,
     decode_message,
     encode_blank,
     encode_message,
@@ -43,6 +36,15 @@ from rmqgate.wire.message import (
     encode_offset_msg_id,
     patch_record,
     tags_code,
+)
+from rmqgate.wire.message_const import (
+    PROPERTY_DELAY_TIME_LEVEL,
+    PROPERTY_KEYS,
+    PROPERTY_REAL_QUEUE_ID,
+    PROPERTY_REAL_TOPIC,
+    PROPERTY_TAGS,
+    PROPERTY_UNIQ_KEY,
+    MessageSysFlag,
 )
 
 if TYPE_CHECKING:
@@ -61,6 +63,8 @@ _new_put_result = tuple.__new__
 _time_ns = time.time_ns
 _unpack_prefix = RECORD_PREFIX.unpack_from
 _log = logging.getLogger(__name__)
+#: records reput hands to one _dispatch_entries call (a recovery reputs whole CommitLogs)
+REPUT_BATCH = 1024
 # DispatchRequest's fields as a plain tuple: what a put hands to dispatch (and listeners get built from)
 DispatchEntry = tuple[str, int, int, int, int, int, int, str | None, str | None, int, int]
 
@@ -91,10 +95,15 @@ class PutMessageMixin:
     """DefaultMessageStore's appends and their dispatch (its methods take the store as ``self``)."""
 
     # ------------------------------------------------------------------ reput
-    def reput(self: DefaultMessageStore, start: int, end: int) -> None:
-        """Dispatch CommitLog records in [start, end) to ConsumeQueues and the index (idempotent)."""
+    def reput(self: DefaultMessageStore, start: int, end: int) -> int:
+        """Dispatch the whole CommitLog records in [start, end) to ConsumeQueues and the index
+        (idempotent), ``REPUT_BATCH`` records to a ``_dispatch_entries`` call as a batch put is; returns
+        where it stopped: ``end``, or where a record (or a segment's BLANK end) is not whole below
+        ``end`` (a replica's transfer ends mid-record as often as not)."""
         pos = max(start, self.commitlog.get_min_offset())
         q = self.commitlog.queue
+        prefix_size = RECORD_PREFIX.size
+        entries: list[DispatchEntry] = []
         while pos < end:
             f = q.find_mapped_file_by_offset(pos)
             if f is None:  # a missing segment: on with the next one there is
@@ -102,23 +111,38 @@ class PutMessageMixin:
                 if f is None:
                     break
                 pos = f.file_from_offset
+                continue
             rel = pos - f.file_from_offset
+            if end - pos < prefix_size or rel + prefix_size > f.file_size:
+                break
             total, magic = _unpack_prefix(f.buf, rel)
             if magic == BLANK_MAGIC:
+                if end < f.end_offset:  # the segment's end is not written yet
+                    break
                 pos = f.end_offset
                 continue
+            if total <= 0 or pos + total > end:
+                break
             try:
                 msg = decode_message(f.buf, rel, with_body=False)
-            except MessageFormatError:  # cannot happen below a validated end; don't loop on it
-                _log.error("reput stopped at undecodable record @%d", pos)
-                break
+            except MessageFormatError as exc:  # whole but unreadable: skipped, as ReputMessageService does
+                _log.error("reput skips the undecodable record of %d bytes @%d: %s", total, pos, exc)
+                pos += total
+                continue
             ts = msg.store_timestamp
-            entry = _dispatch_entry(msg, pos, total, self._tags_code(msg.topic, msg.properties, ts), ts)
-            self._dispatch_entries((entry,), pos + total)
+            entries.append(
+                _dispatch_entry(msg, pos, total, self._tags_code(msg.topic, msg.properties, ts), ts)
+            )
             if not msg.sys_flag & _TX_NOT_COUNTED:  # (a slave's replicated records count as puts)
                 self.topic_queue_table[(msg.topic, msg.queue_id)] = msg.queue_offset + 1
-            self._last_store_ts = msg.store_timestamp
+            self._last_store_ts = ts
             pos += total
+            if len(entries) >= REPUT_BATCH:
+                self._dispatch_entries(entries, pos)
+                entries = []
+        if entries:
+            self._dispatch_entries(entries, pos)
+        return pos
 
     # ------------------------------------------------------------------ put
     def _tags_code(self: DefaultMessageStore, topic: str, props: dict[str, str], store_ts: int) -> int:

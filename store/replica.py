@@ -16,7 +16,6 @@ from concurrent.futures import Future
 from typing import TYPE_CHECKING
 
 from rmqgate.store.api import PutMessageStatus
-from rmqgate.wire.message import BLANK_MAGIC, RECORD_PREFIX
 
 if TYPE_CHECKING:
     import asyncio
@@ -49,9 +48,10 @@ class AppendRefused(Exception):
 
 class CommitLogAppender:
     """A slave's appends of its master's CommitLog bytes, and their dispatch. A transfer ends where
-    its batch ends, mid-record as often as not: records are dispatched once complete, from
-    ``reput_from`` on (ReputMessageService's reputFromOffset), which starts at the CommitLog's end
-    (recovery dispatched, and cut any torn record from, what the store held)."""
+    its batch ends, mid-record as often as not: the store's reput dispatches the records completed
+    from ``reput_from`` on (ReputMessageService's reputFromOffset) and stops where one is cut off;
+    ``reput_from`` starts at the CommitLog's end (recovery dispatched, and cut any torn record from,
+    what the store held)."""
 
     def __init__(self, store: DefaultMessageStore) -> None:
         self.store = store
@@ -90,36 +90,10 @@ class CommitLogAppender:
             if f.write_buffer is not None:  # SYNC_FLUSH's staging buffer: readable once committed
                 f.commit()
             end = start_offset + n
-            complete = _complete_records_end(store, self.reput_from, end)
-            if complete > self.reput_from:
-                store.reput(self.reput_from, complete)
-                self.reput_from = complete
+            self.reput_from = store.reput(self.reput_from, end)  # (stops where a record is cut off)
         if end > store._warm_wake_at:
             store._wake_warmer()
         fs = store._flush_service
         if fs is not None and fs.sync:
             return fs.submit(end)
         return None
-
-
-def _complete_records_end(store: DefaultMessageStore, pos: int, end: int) -> int:
-    """Where the whole records from ``pos`` end, the CommitLog being written up to ``end`` (a
-    segment's BLANK end counts once its segment is whole)."""
-    q = store.commitlog.queue
-    while pos < end:
-        f = q.find_mapped_file_by_offset(pos)
-        if f is None:
-            break
-        rel = pos - f.file_from_offset
-        if rel + RECORD_PREFIX.size > f.file_size or end - pos < RECORD_PREFIX.size:
-            break
-        total, magic = RECORD_PREFIX.unpack_from(f.buf, rel)
-        if magic == BLANK_MAGIC:
-            if end < f.end_offset:
-                break
-            pos = f.end_offset
-        elif total <= 0 or pos + total > end:
-            break
-        else:
-            pos += total
-    return pos

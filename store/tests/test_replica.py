@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import concurrent.futures
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -170,5 +171,45 @@ def test_a_sync_flush_slave_answers_the_flush_of_what_it_appended(
         assert fut.result(10) is PutMessageStatus.PUT_OK
         assert slave.commitlog.queue.flushed_where >= 5000
         assert queue(slave, 0) == queue(master, 0)[: len(queue(slave, 0))] and queue(slave, 0)
+    finally:
+        slave.shutdown()
+
+
+def test_each_transfer_is_dispatched_as_one_batch_up_to_its_last_whole_record(
+    master: DefaultMessageStore, tmp_path: Path
+) -> None:
+    """The store's reput stops where a transfer cuts a record (or a segment's BLANK end) and says so:
+    the appender goes on from there; the records a transfer completes reach dispatch in one call."""
+    record_ends = set()
+    boundaries = {f.end_offset for f in master.commitlog.queue.files}  # (past a BLANK end)
+    for qid in range(3):
+        for q, record in queue(master, qid):
+            phys = master.get_commit_log_offset_in_queue("R", qid, q)
+            record_ends.add(phys + len(record))
+            boundaries.add(phys)
+    boundaries |= record_ends
+    slave = open_slave(tmp_path / "s")
+    batches: list[int] = []
+    dispatch = slave._dispatch_entries
+
+    def counted(entries: Sequence[Any], committed: int) -> None:
+        batches.append(len(entries))
+        dispatch(entries, committed)
+
+    slave._dispatch_entries = counted  # type: ignore[method-assign]
+    try:
+        appender = CommitLogAppender(slave)
+        offset = 0
+        while (data := read_commit_log(master, offset, 1500)) is not None:
+            before, calls = appender.reput_from, len(batches)
+            appender.append(offset, data)
+            offset += len(data)
+            assert appender.reput_from == max(b for b in boundaries if b <= offset)
+            completed = len([e for e in record_ends if before < e <= appender.reput_from])
+            assert batches[calls:] == ([completed] if completed else [])
+        assert sum(batches) == 40 and max(batches) > 1
+        assert appender.reput_from == master.get_max_phy_offset()
+        for qid in range(3):
+            assert queue(slave, qid) == queue(master, qid)
     finally:
         slave.shutdown()
