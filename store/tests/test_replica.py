@@ -14,7 +14,7 @@ import pytest
 from rmqgate.store.api import PutMessageStatus, StoreConfig
 from rmqgate.store.message_store import DefaultMessageStore
 from rmqgate.store.replica import AppendRefused, CommitLogAppender, read_commit_log
-from rmqgate.wire.message import MessageExt
+from rmqgate.wire.message import RECORD_PREFIX, MessageExt
 
 SEGMENT = 16 * 1024
 
@@ -211,5 +211,28 @@ def test_each_transfer_is_dispatched_as_one_batch_up_to_its_last_whole_record(
         assert appender.reput_from == master.get_max_phy_offset()
         for qid in range(3):
             assert queue(slave, qid) == queue(master, qid)
+    finally:
+        slave.shutdown()
+
+
+def test_a_whole_but_unreadable_record_is_skipped_and_the_rest_dispatched(
+    master: DefaultMessageStore, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """As ReputMessageService: a record whose size is sound but whose bytes do not decode is logged and
+    passed over; the appender does not stop (or retry it) there."""
+    data = bytearray(read_commit_log(master, 0, SEGMENT) or b"")
+    first = RECORD_PREFIX.unpack_from(data, 0)[0]
+    RECORD_PREFIX.pack_into(data, first, RECORD_PREFIX.unpack_from(data, first)[0], 0x12345678)
+    slave = open_slave(tmp_path / "s")
+    try:
+        appender = CommitLogAppender(slave)
+        appender.append(0, data)
+        assert appender.reput_from == SEGMENT
+        assert (
+            f"undecodable record of {RECORD_PREFIX.unpack_from(data, first)[0]} bytes @{first}" in caplog.text
+        )
+        replicate(master, appender, SEGMENT, 1000)
+        assert queue(slave, 0) == queue(master, 0) and queue(slave, 2) == queue(master, 2)
+        assert queue(slave, 1, 1) == queue(master, 1, 1)  # (the second record was queue 1's first)
     finally:
         slave.shutdown()
