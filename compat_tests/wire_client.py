@@ -108,7 +108,7 @@ def decode_messages(body: bytes | None) -> list[Any]:
 
 def encode_batch(messages: Iterable[tuple[bytes, Mapping[str, str]]]) -> bytes:
     """A SEND_BATCH_MESSAGE body from (body, properties) pairs."""
-    from rmqgate.wire.message import BatchEntry, encode_batch
+    from rmqgate.wire.message_batch import BatchEntry, encode_batch
 
     entries = [BatchEntry(flag=0, body=body, properties=dict(props)) for body, props in messages]
     return encode_batch(entries)

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from rmqgate.server.filter import CompiledExpression, FilterParseError, compile_expression, is_tag_type
 from rmqgate.server.topics import RETRY_GROUP_TOPIC_PREFIX
-from rmqgate.wire.message import PROPERTY_RETRY_TOPIC
+from rmqgate.wire.message_const import PROPERTY_RETRY_TOPIC
 
 if TYPE_CHECKING:
     from rmqgate.server.consumer import SubscriptionData

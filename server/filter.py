@@ -17,7 +17,8 @@ import struct
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
-from rmqgate.wire.message import PROPERTY_TAGS, java_hashmap_order, java_string_hash
+from rmqgate.wire.message import java_hashmap_order, java_string_hash
+from rmqgate.wire.message_const import PROPERTY_TAGS
 
 #: Expression types of ``ExpressionType``; an absent or empty type is TAG.
 TAG = "TAG"

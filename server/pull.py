@@ -27,13 +27,8 @@ from rmqgate.wire.codes import RequestCode, ResponseCode
 from rmqgate.wire.command import RemotingCommand
 from rmqgate.wire.errors import HeaderFieldError
 from rmqgate.wire.headers import PullMessageRequestHeader
-from rmqgate.wire.message import (
-    PROPERTY_DELAY_TIME_LEVEL,
-    PROPERTY_KEYS,
-    PROPERTY_TAGS,
-    MessageExt,
-    MessageSysFlag,
-)
+from rmqgate.wire.message import MessageExt
+from rmqgate.wire.message_const import PROPERTY_DELAY_TIME_LEVEL, PROPERTY_KEYS, PROPERTY_TAGS, MessageSysFlag
 
 if TYPE_CHECKING:
     from rmqgate.server.broker import BrokerController

@@ -22,13 +22,8 @@ from rmqgate.wire.codes import RequestCode, ResponseCode
 from rmqgate.wire.command import RemotingCommand
 from rmqgate.wire.errors import HeaderFieldError
 from rmqgate.wire.headers import ReplyMessageRequestHeader, SendMessageRequestHeader
-from rmqgate.wire.message import (
-    PROPERTY_MESSAGE_REPLY_TO_CLIENT,
-    PROPERTY_PUSH_REPLY_TIME,
-    MessageExt,
-    format_properties,
-    parse_properties,
-)
+from rmqgate.wire.message import MessageExt, format_properties, parse_properties
+from rmqgate.wire.message_const import PROPERTY_MESSAGE_REPLY_TO_CLIENT, PROPERTY_PUSH_REPLY_TIME
 
 if TYPE_CHECKING:
     from rmqgate.server.broker import BrokerController

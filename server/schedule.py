@@ -19,11 +19,8 @@ from typing import TYPE_CHECKING
 
 from rmqgate.server.remoting import cancel_and_wait
 from rmqgate.store.api import SCHEDULE_TOPIC, DispatchRequest, PutMessageStatus, parse_delay_levels
-from rmqgate.wire.message import (
-    PROPERTY_REAL_QUEUE_ID,
-    PROPERTY_REAL_TOPIC,
-    MessageExt,
-)
+from rmqgate.wire.message import MessageExt
+from rmqgate.wire.message_const import PROPERTY_REAL_QUEUE_ID, PROPERTY_REAL_TOPIC
 
 if TYPE_CHECKING:
     from rmqgate.server.broker import BrokerController

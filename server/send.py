@@ -35,7 +35,9 @@ from rmqgate.wire.errors import HeaderFieldError, MessageFormatError
 from rmqgate.wire.header import parse_java_int
 from rmqgate.wire.headers import SendMessageRequestHeader
 from rmqgate.wire.layout import EXT_VALUE_LENGTH, FRAME_PREFIX
-from rmqgate.wire.message import (
+from rmqgate.wire.message import MessageExt, format_properties, parse_properties
+from rmqgate.wire.message_batch import decode_batch
+from rmqgate.wire.message_const import (
     PROPERTY_CLUSTER,
     PROPERTY_DELAY,
     PROPERTY_REAL_QID,
@@ -44,11 +46,7 @@ from rmqgate.wire.message import (
     PROPERTY_TRANSACTION_PREPARED,
     PROPERTY_UNIQ_KEY,
     PROPERTY_WAIT,
-    MessageExt,
     MessageSysFlag,
-    decode_batch,
-    format_properties,
-    parse_properties,
     reset_transaction,
     transaction_type,
 )

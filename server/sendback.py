@@ -24,12 +24,12 @@ from rmqgate.store.api import PutMessageStatus
 from rmqgate.wire.codes import MQVersion, RequestCode, ResponseCode
 from rmqgate.wire.command import RemotingCommand
 from rmqgate.wire.headers import ConsumerSendMsgBackRequestHeader
-from rmqgate.wire.message import (
+from rmqgate.wire.message import MessageExt
+from rmqgate.wire.message_const import (
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_ORIGIN_MESSAGE_ID,
     PROPERTY_RETRY_TOPIC,
     PROPERTY_WAIT,
-    MessageExt,
 )
 
 if TYPE_CHECKING:

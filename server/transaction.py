@@ -32,7 +32,8 @@ from rmqgate.wire.codes import RequestCode, ResponseCode
 from rmqgate.wire.command import RemotingCommand
 from rmqgate.wire.header import parse_java_int, parse_java_long
 from rmqgate.wire.headers import EndTransactionRequestHeader
-from rmqgate.wire.message import (
+from rmqgate.wire.message import MessageExt, encode_message
+from rmqgate.wire.message_const import (
     PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS,
     PROPERTY_PRODUCER_GROUP,
     PROPERTY_REAL_QUEUE_ID,
@@ -42,9 +43,7 @@ from rmqgate.wire.message import (
     PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET,
     PROPERTY_UNIQ_KEY,
     PROPERTY_WAIT,
-    MessageExt,
     MessageSysFlag,
-    encode_message,
     reset_transaction,
 )
 

@@ -22,14 +22,9 @@ from rmqgate.wire.codes import RequestCode
 from rmqgate.wire.command import RESPONSE_FLAG, RemotingCommand
 from rmqgate.wire.errors import CodecError
 from rmqgate.wire.frame import decode_frame
-from rmqgate.wire.message import (
-    PROPERTY_KEYS,
-    PROPERTY_UNIQ_KEY,
-    decode_batch,
-    encode_batch,
-    format_properties,
-    parse_properties,
-)
+from rmqgate.wire.message import format_properties, parse_properties
+from rmqgate.wire.message_batch import decode_batch, encode_batch
+from rmqgate.wire.message_const import PROPERTY_KEYS, PROPERTY_UNIQ_KEY
 
 SEND_V2_CODES = frozenset({RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_REPLY_MESSAGE_V2})
 

@@ -11,7 +11,8 @@ from pathlib import Path
 from rmqgate.store.layout import INDEX_ENTRY, INDEX_HEADER, INDEX_HEADER_SIZE, INDEX_SLOT, IndexHeader
 from rmqgate.store.mapped_file import MappedFile
 from rmqgate.wire.layout import fixed_field_names
-from rmqgate.wire.message import MessageSysFlag, java_string_hash
+from rmqgate.wire.message import java_string_hash
+from rmqgate.wire.message_const import MessageSysFlag
 
 _entry_pack = INDEX_ENTRY.pack_into
 _entry_unpack = INDEX_ENTRY.unpack_from

@@ -52,15 +52,8 @@ from rmqgate.store.meta import LmdbMetaStore
 from rmqgate.store.put_message import RECORD_ALLOWANCE, DispatchEntry, PutMessageMixin
 from rmqgate.store.recovery import RecoveryLoss, load_and_recover
 from rmqgate.wire.errors import MessageFormatError
-from rmqgate.wire.message import (
-    PROPERTY_KEYS,
-    PROPERTY_UNIQ_KEY,
-    MessageExt,
-    MessageSysFlag,
-    decode_message,
-    java_string_hash,
-    record_properties,
-)
+from rmqgate.wire.message import MessageExt, decode_message, java_string_hash, record_properties
+from rmqgate.wire.message_const import PROPERTY_KEYS, PROPERTY_UNIQ_KEY, MessageSysFlag
 
 _log = logging.getLogger(__name__)
 

@@ -1,11 +1,12 @@
 """A Wireshark Lua dissector for RocketMQ remoting traffic, generated from the wire declarations.
 
 Every layout the dissector reads is emitted from the construct declarations the codec uses (the
-frame and ROCKETMQ header in ``wire.layout``, the CommitLog record and batch element in
-``wire.message``, the compressed REGISTER_BROKER body in ``wire.bodies``); the extFields come from
-the header classes of ``wire.headers``, the JSON header keys from the codec's own JSON encoder, the
-codes from ``wire.codes``. The Lua side is a generic walker over those tables, so the dissector
-cannot drift from the codec: regenerate it with ``rmqgate pcap dissector > rocketmq.lua``.
+frame and ROCKETMQ header in ``wire.layout``, the CommitLog record in ``wire.message``, the batch
+element in ``wire.message_batch``, the compressed REGISTER_BROKER body in ``wire.bodies``); the
+extFields come from the header classes of ``wire.headers``, the JSON header keys from the codec's
+own JSON encoder, the codes from ``wire.codes``. The Lua side is a generic walker over those
+tables, so the dissector cannot drift from the codec: regenerate it with
+``rmqgate pcap dissector > rocketmq.lua``.
 
 Compressed message bodies are inflated when zlib (the 4.x clients' only type, a 5.x client's
 default); LZ4 and ZSTD bodies (5.x clients) are marked with their type but shown compressed, as
@@ -38,14 +39,16 @@ from construct import (
 from construct.expr import BinExpr, Path
 
 from rmqgate.tools.dissector_lua import RUNTIME
-from rmqgate.wire import bodies, headers, message
+from rmqgate.wire import bodies, headers, message_const
 from rmqgate.wire.bodies import CompressedRegisterBrokerBody, JsonBody
 from rmqgate.wire.codes import LanguageCode, RequestCode, ResponseCode, SerializeType
 from rmqgate.wire.command import ONEWAY_FLAG, RESPONSE_FLAG, RemotingCommand
 from rmqgate.wire.frame import DEFAULT_MAX_FRAME_LENGTH
 from rmqgate.wire.header import CommandHeader, snake
 from rmqgate.wire.layout import HEADER_LENGTH_MASK, ExtField, Frame, RocketMQHeader
-from rmqgate.wire.message import BatchMessage, MessageSysFlag, StoredMessage
+from rmqgate.wire.message import StoredMessage
+from rmqgate.wire.message_batch import BatchMessage
+from rmqgate.wire.message_const import MessageSysFlag
 from rmqgate.wire.serialization import encode_json_header
 
 #: Ports the dissector is registered on (name server, broker); others are found by the heuristic.
@@ -287,8 +290,8 @@ _ABBREV = re.compile(r"[A-Za-z0-9_.-]+")
 
 
 def property_names() -> list[str]:
-    """The message property keys ``wire.message`` names (PROPERTY_* constants)."""
-    keys = {v for k, v in vars(message).items() if k.startswith("PROPERTY_") and isinstance(v, str)}
+    """The message property keys ``wire.message_const`` names (PROPERTY_* constants)."""
+    keys = {v for k, v in vars(message_const).items() if k.startswith("PROPERTY_") and isinstance(v, str)}
     return sorted(k for k in keys if _ABBREV.fullmatch(k))
 
 
@@ -378,8 +381,8 @@ def generate() -> str:
         "@JSON_RESPONSE_BODIES@": _code_tables(JSON_RESPONSE_BODIES, lambda c: lua_string(c.__name__)),
         "@SEND_HEADER_FIELDS@": _send_header_fields(),
         "@PORTS@": "{" + ", ".join(str(p) for p in DEFAULT_PORTS) + "}",
-        "@NAME_VALUE_SEPARATOR@": lua_string(message.NAME_VALUE_SEPARATOR),
-        "@PROPERTY_SEPARATOR@": lua_string(message.PROPERTY_SEPARATOR),
+        "@NAME_VALUE_SEPARATOR@": lua_string(message_const.NAME_VALUE_SEPARATOR),
+        "@PROPERTY_SEPARATOR@": lua_string(message_const.PROPERTY_SEPARATOR),
         "@LANGUAGE_DEFAULT@": str(int(LanguageCode.JAVA)),
     }
     text = RUNTIME

@@ -1,5 +1,6 @@
-"""Stored messages: the CommitLog record (= PULL/VIEW body element), properties, offsetMsgId, batch
-bodies, body compression and the ConsumeQueue tag hash.
+"""Stored messages, RocketMQ's MessageDecoder and MessageExt: the CommitLog record (= PULL/VIEW body
+element), the properties string, offsetMsgId and the ConsumeQueue tag hash. Property names and sysFlag
+bits are in ``message_const``, batch bodies in ``message_batch``, body compression in ``compression``.
 
 Every layout is declared once in construct below; the hot paths use ``struct`` formats and byte
 positions derived from those declarations (specialised per sysFlag host widths and magic version).
@@ -33,9 +34,17 @@ from construct import (
     this,
 )
 
-from rmqgate.wire.errors import CompressionUnavailable, MessageFormatError
+from rmqgate.wire.errors import MessageFormatError
 from rmqgate.wire.layout import field as layout_field
-from rmqgate.wire.layout import fixed_struct, prefix_struct
+from rmqgate.wire.layout import prefix_struct
+from rmqgate.wire.message_const import (
+    NAME_VALUE_SEPARATOR,
+    PROPERTY_KEYS,
+    PROPERTY_SEPARATOR,
+    PROPERTY_TAGS,
+    PROPERTY_UNIQ_KEY,
+    MessageSysFlag,
+)
 
 Buffer = bytes | bytearray | memoryview
 
@@ -60,98 +69,6 @@ V1_TOPIC_MAX_BYTES = 127
 MAX_TOPIC_BYTES = 32767
 MAX_PROPERTIES_BYTES = 32767
 
-
-class MessageSysFlag:
-    COMPRESSED = 0x1
-    MULTI_TAGS = 0x2
-    TRANSACTION_NOT = 0x0
-    TRANSACTION_PREPARED = 0x4
-    TRANSACTION_COMMIT = 0x8
-    TRANSACTION_ROLLBACK = 0xC
-    TRANSACTION_MASK = 0xC
-    BORNHOST_V6 = 0x10
-    STOREHOST_V6 = 0x20
-    NEED_UNWRAP = 0x40
-    INNER_BATCH = 0x80
-    COMPRESSION_MASK = 0x700
-    LZ4 = 0x100
-    ZSTD = 0x200
-    ZLIB = 0x300
-
-
-def transaction_type(sys_flag: int) -> int:
-    return sys_flag & MessageSysFlag.TRANSACTION_MASK
-
-
-def reset_transaction(sys_flag: int, tx_type: int) -> int:
-    return (sys_flag & ~MessageSysFlag.TRANSACTION_MASK) | tx_type
-
-
-def compression_type(sys_flag: int) -> int:
-    """The compression type bits; legacy type 0 with COMPRESSED set means zlib."""
-    kind = sys_flag & MessageSysFlag.COMPRESSION_MASK
-    return kind or MessageSysFlag.ZLIB
-
-
-NAME_VALUE_SEPARATOR = "\x01"
-PROPERTY_SEPARATOR = "\x02"
-KEY_SEPARATOR = " "
-
-PROPERTY_KEYS = "KEYS"
-PROPERTY_TAGS = "TAGS"
-PROPERTY_WAIT_STORE_MSG_OK = "WAIT"
-PROPERTY_DELAY_TIME_LEVEL = "DELAY"
-PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"
-PROPERTY_REAL_TOPIC = "REAL_TOPIC"
-PROPERTY_REAL_QUEUE_ID = "REAL_QID"
-PROPERTY_TRANSACTION_PREPARED = "TRAN_MSG"
-PROPERTY_PRODUCER_GROUP = "PGROUP"
-PROPERTY_MIN_OFFSET = "MIN_OFFSET"
-PROPERTY_MAX_OFFSET = "MAX_OFFSET"
-PROPERTY_BUYER_ID = "BUYER_ID"
-PROPERTY_ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
-PROPERTY_TRANSFER_FLAG = "TRANSFER_FLAG"
-PROPERTY_CORRECTION_FLAG = "CORRECTION_FLAG"
-PROPERTY_MQ2_FLAG = "MQ2_FLAG"
-PROPERTY_RECONSUME_TIME = "RECONSUME_TIME"
-PROPERTY_MSG_REGION = "MSG_REGION"
-PROPERTY_TRACE_SWITCH = "TRACE_ON"
-PROPERTY_UNIQ_KEY = "UNIQ_KEY"
-PROPERTY_EXTEND_UNIQ_INFO = "EXTEND_UNIQ_INFO"
-PROPERTY_MAX_RECONSUME_TIMES = "MAX_RECONSUME_TIMES"
-PROPERTY_CONSUME_START_TIMESTAMP = "CONSUME_START_TIME"
-PROPERTY_INNER_NUM = "INNER_NUM"
-PROPERTY_INNER_BASE = "INNER_BASE"
-PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET = "TRAN_PREPARED_QUEUE_OFFSET"
-PROPERTY_TRANSACTION_ID = "__transactionId__"
-PROPERTY_TRANSACTION_CHECK_TIMES = "TRANSACTION_CHECK_TIMES"
-PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS = "CHECK_IMMUNITY_TIME_IN_SECONDS"
-PROPERTY_INSTANCE_ID = "INSTANCE_ID"
-PROPERTY_CORRELATION_ID = "CORRELATION_ID"
-PROPERTY_MESSAGE_REPLY_TO_CLIENT = "REPLY_TO_CLIENT"
-PROPERTY_MESSAGE_TTL = "TTL"
-PROPERTY_REPLY_MESSAGE_ARRIVE_TIME = "ARRIVE_TIME"
-PROPERTY_PUSH_REPLY_TIME = "PUSH_REPLY_TIME"
-PROPERTY_CLUSTER = "CLUSTER"
-PROPERTY_MESSAGE_TYPE = "MSG_TYPE"
-PROPERTY_INNER_MULTI_DISPATCH = "INNER_MULTI_DISPATCH"
-PROPERTY_INNER_MULTI_QUEUE_OFFSET = "INNER_MULTI_QUEUE_OFFSET"
-PROPERTY_START_DELIVER_TIME = "__STARTDELIVERTIME"
-PROPERTY_SHARDING_KEY = "__SHARDINGKEY"
-PROPERTY_TIMER_DELAY_SEC = "TIMER_DELAY_SEC"
-PROPERTY_TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
-PROPERTY_TIMER_DELAY_MS = "TIMER_DELAY_MS"
-PROPERTY_BORN_TIMESTAMP = "BORN_TIMESTAMP"
-PROPERTY_POP_CK = "POP_CK"
-PROPERTY_DLQ_ORIGIN_TOPIC = "DLQ_ORIGIN_TOPIC"
-PROPERTY_DLQ_ORIGIN_MESSAGE_ID = "DLQ_ORIGIN_MESSAGE_ID"
-# Contract spellings (MESSAGE_API.md) of the keys above.
-PROPERTY_DELAY = PROPERTY_DELAY_TIME_LEVEL
-PROPERTY_REAL_QID = PROPERTY_REAL_QUEUE_ID
-PROPERTY_TRAN_MSG = PROPERTY_TRANSACTION_PREPARED
-PROPERTY_PGROUP = PROPERTY_PRODUCER_GROUP
-PROPERTY_TRACE_ON = PROPERTY_TRACE_SWITCH
-PROPERTY_WAIT = PROPERTY_WAIT_STORE_MSG_OK
 
 # --------------------------------------------------------------------------------------------------
 # Declarations
@@ -182,17 +99,6 @@ StoredMessage = Struct(
     "body" / Bytes(this.body_length),
     "topic"
     / Switch(this.magic, {MAGIC_V1: PascalString(Int8sb, "utf8"), MAGIC_V2: PascalString(Int16sb, "utf8")}),
-    "properties" / PascalString(Int16sb, "utf8"),
-)
-
-#: One message of a SEND_BATCH_MESSAGE body (``MessageDecoder.encodeMessage``): magic and CRC are 0.
-BatchMessage = Struct(
-    "total_size" / Int32sb,
-    "magic" / Int32sb,
-    "body_crc" / Int32sb,
-    "flag" / Int32sb,
-    "body_length" / Int32sb,
-    "body" / Bytes(this.body_length),
     "properties" / PascalString(Int16sb, "utf8"),
 )
 
@@ -288,9 +194,6 @@ _STORE_TIMESTAMP = _run_struct(_V4, "store_timestamp", "store_timestamp")[1]
 #: Java's MESSAGE_STORE_TIMESTAMP_POSITION (IPv4 born host).
 STORE_TIMESTAMP_POS = _STORE_TS_POS[0]
 
-_BATCH_FIXED = fixed_struct(BatchMessage)
-_BATCH_PROPERTIES_LENGTH = prefix_struct(layout_field(BatchMessage, "properties"))
-
 _MSG_ID = {
     False: _run_struct(_fixed_layout(OffsetMsgId, {"v6": False}), "address", "commit_log_offset")[1],
     True: _run_struct(_fixed_layout(OffsetMsgId, {"v6": True}), "address", "commit_log_offset")[1],
@@ -384,7 +287,7 @@ def format_properties(
         )
 
 
-def _properties_text(properties: Mapping[str, str | None], raw: str | None) -> str:
+def properties_text(properties: Mapping[str, str | None], raw: str | None) -> str:
     """The properties string to write: a decoded ``raw`` is written back verbatim (byte-identical
     records) while it still parses to ``properties``, whoever changed the dict and however."""
     text = format_properties(properties)
@@ -812,7 +715,7 @@ def encode_message_into(msg: MessageExt, buf: bytearray | memoryview, pos: int, 
         except TypeError:
             text = format_properties(properties)
     else:
-        text = _properties_text(properties, raw)
+        text = properties_text(properties, raw)
     try:
         props = text.encode()
     except UnicodeEncodeError:
@@ -928,179 +831,6 @@ def decode_offset_msg_id(msg_id: str) -> tuple[bytes, int, int]:
     if len(raw) != layout.size:  # fromhex skips whitespace
         raise MessageFormatError(f"offsetMsgId {msg_id!r} is not hex")
     return layout.unpack(raw)
-
-
-# --------------------------------------------------------------------------------------------------
-# Batch body
-
-
-@dataclass(slots=True)
-class BatchEntry:
-    """One message of a SEND_BATCH_MESSAGE body. ``sys_flag`` is not on the wire (the batch's sysFlag
-    comes from the request header); it is carried for callers. ``magic``/``body_crc`` are kept as sent
-    (Java clients send 0)."""
-
-    flag: int = 0
-    body: bytes = b""
-    properties: dict[str, str] = field(default_factory=dict)
-    sys_flag: int = 0
-    magic: int = 0
-    body_crc: int = 0
-    properties_raw: str | None = field(default=None, repr=False, compare=False)
-
-    @property
-    def uniq_key(self) -> str | None:
-        return self.properties.get(PROPERTY_UNIQ_KEY)
-
-
-def decode_batch(body: Buffer) -> list[BatchEntry]:
-    """Split a batch body (§4.6); ``MessageFormatError`` if an entry is truncated or its sizes disagree."""
-    out: list[BatchEntry] = []
-    pos = 0
-    end = len(body)
-    fixed = _BATCH_FIXED.size
-    unpack = _BATCH_FIXED.unpack_from
-    unpack_props = _BATCH_PROPERTIES_LENGTH.unpack_from
-    try:
-        while pos < end:
-            total, magic, crc, flag, body_len = unpack(body, pos)
-            entry_end = pos + total
-            if total < fixed + 2 or entry_end > end:
-                raise MessageFormatError(f"batch entry size {total} at {pos} overruns a body of {end} bytes")
-            start = pos + fixed
-            if body_len < 0 or start + body_len + 2 > entry_end:
-                raise MessageFormatError(f"batch entry body length {body_len} at {pos} overruns the entry")
-            data = bytes(body[start : start + body_len])
-            start += body_len
-            (props_len,) = unpack_props(body, start)
-            start += 2
-            if props_len < 0 or start + props_len != entry_end:
-                raise MessageFormatError(
-                    f"batch entry properties length {props_len} at {pos} is inconsistent"
-                )
-            raw = str(body[start:entry_end], "utf-8")
-            out.append(BatchEntry(flag, data, parse_properties(raw), 0, magic, crc, raw))
-            pos = entry_end
-    except struct.error as exc:
-        raise MessageFormatError(f"truncated batch entry at {pos}: {exc}") from None
-    except UnicodeDecodeError as exc:
-        raise MessageFormatError(f"invalid UTF-8 in batch entry properties at {pos}: {exc}") from None
-    return out
-
-
-def encode_batch(entries: list[BatchEntry]) -> bytes:
-    """A batch body as ``MessageDecoder.encodeMessages`` writes it."""
-    parts: list[bytes] = []
-    fixed = _BATCH_FIXED
-    for entry in entries:
-        try:
-            props = _properties_text(entry.properties, entry.properties_raw).encode()
-        except UnicodeEncodeError as exc:
-            raise MessageFormatError(f"batch entry properties cannot be encoded as UTF-8: {exc}") from None
-        if len(props) > MAX_PROPERTIES_BYTES:
-            raise MessageFormatError(
-                f"properties of {len(props)} bytes are longer than {MAX_PROPERTIES_BYTES}"
-            )
-        total = fixed.size + len(entry.body) + 2 + len(props)
-        try:
-            parts.append(fixed.pack(total, entry.magic, entry.body_crc, entry.flag, len(entry.body)))
-        except struct.error as exc:
-            raise MessageFormatError(f"batch entry field out of range: {exc}") from None
-        parts.append(bytes(entry.body))
-        parts.append(_BATCH_PROPERTIES_LENGTH.pack(len(props)))
-        parts.append(props)
-    return b"".join(parts)
-
-
-# --------------------------------------------------------------------------------------------------
-# Compression
-
-_COMPRESSION_NAMES = {
-    MessageSysFlag.LZ4: "lz4",
-    MessageSysFlag.ZSTD: "zstd",
-    MessageSysFlag.ZLIB: "zlib",
-}
-_COMPRESSION_BY_NAME = {name: flag for flag, name in _COMPRESSION_NAMES.items()}
-#: Java producer defaults (``compressMsgBodyOverHowmuch``, ``rocketmq.message.compressLevel``).
-COMPRESS_OVER_BYTES = 4096
-DEFAULT_COMPRESS_LEVEL = 5
-
-
-def _compression_kind(kind: int | str) -> int:
-    if isinstance(kind, str):
-        flag = _COMPRESSION_BY_NAME.get(kind.strip().lower())
-        if flag is None:
-            raise MessageFormatError(f"unknown compression type {kind!r}")
-        return flag
-    flag = kind & MessageSysFlag.COMPRESSION_MASK or MessageSysFlag.ZLIB
-    if flag not in _COMPRESSION_NAMES:
-        raise MessageFormatError(f"unknown compression type bits 0x{flag:X}")
-    return flag
-
-
-def compression_flags(kind: int | str) -> int:
-    """sysFlag bits (COMPRESSED | type) for a compression type name or type bits."""
-    return MessageSysFlag.COMPRESSED | _compression_kind(kind)
-
-
-def _lz4_frame() -> Any:
-    try:
-        import lz4.frame
-    except ImportError:
-        raise CompressionUnavailable(
-            "lz4 compression needs the 'lz4' package, which is not installed"
-        ) from None
-    return lz4.frame
-
-
-def compress_body(
-    body: Buffer, kind: int | str = MessageSysFlag.ZLIB, level: int = DEFAULT_COMPRESS_LEVEL
-) -> bytes:
-    """Compress like RocketMQ's compressors: zlib stream (Deflater), zstd frame, or LZ4 frame with
-    lz4-java's ``LZ4FrameOutputStream`` defaults (4 MiB independent blocks, no checksums/size)."""
-    flag = _compression_kind(kind)
-    if flag == MessageSysFlag.ZLIB:
-        return zlib.compress(body, level)
-    if flag == MessageSysFlag.ZSTD:
-        import zstandard
-
-        return zstandard.ZstdCompressor(level=level).compress(body)
-    lz4_frame = _lz4_frame()
-    # A streaming compressor keeps the declared 4 MiB block size (one-shot compress shrinks it).
-    compressor = lz4_frame.LZ4FrameCompressor(
-        block_size=lz4_frame.BLOCKSIZE_MAX4MB,
-        block_linked=False,
-        content_checksum=False,
-        block_checksum=False,
-    )
-    return compressor.begin() + compressor.compress(bytes(body)) + compressor.flush()
-
-
-def decompress_body(body: Buffer, sys_flag: int) -> bytes:
-    """The body uncompressed if sysFlag has COMPRESSED (type bits 0 or ZLIB = zlib), else as is."""
-    if not sys_flag & MessageSysFlag.COMPRESSED:
-        return bytes(body)
-    flag = _compression_kind(sys_flag)
-    try:
-        if flag == MessageSysFlag.ZLIB:
-            return zlib.decompress(body)
-        if flag == MessageSysFlag.ZSTD:
-            import zstandard
-
-            dobj = zstandard.ZstdDecompressor().decompressobj()
-            out = dobj.decompress(bytes(body))
-            if not dobj.eof:
-                raise MessageFormatError("truncated zstd body")
-            return out
-        lz4_frame = _lz4_frame()
-        return lz4_frame.decompress(bytes(body))
-    except CompressionUnavailable:
-        raise
-    except MessageFormatError:
-        raise
-    except Exception as exc:  # each codec raises its own error types
-        name = _COMPRESSION_NAMES[flag]
-        raise MessageFormatError(f"{name} body does not decompress: {exc}") from None
 
 
 # --------------------------------------------------------------------------------------------------

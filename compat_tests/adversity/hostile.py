@@ -36,7 +36,7 @@ from rmqgate.wire.command import ONEWAY_FLAG, RESPONSE_FLAG
 from rmqgate.wire.errors import CodecError, FrameError, HeaderError
 from rmqgate.wire.header import _camel
 from rmqgate.wire.headers import REQUEST_HEADERS, V2_CODES
-from rmqgate.wire.message import BatchEntry, encode_batch
+from rmqgate.wire.message_batch import BatchEntry, encode_batch
 
 #: Codes left out: a mutated UPDATE_BROKER_CONFIG / UPDATE_NAMESRV_CONFIG body can be a valid config change
 #: (brokerPermission=2, say), which is an operator's right, not bad input.

@@ -35,15 +35,8 @@ from rmqgate.store.api import open_store
 from rmqgate.wire import RemotingCommand, ResponseCode, SerializeType
 from rmqgate.wire.codes import LanguageCode
 from rmqgate.wire.codes import RequestCode as R
-from rmqgate.wire.message import (
-    BatchEntry,
-    MessageExt,
-    decode_batch,
-    encode_batch,
-    format_properties,
-    iter_messages,
-    java_string_hash,
-)
+from rmqgate.wire.message import MessageExt, format_properties, iter_messages, java_string_hash
+from rmqgate.wire.message_batch import BatchEntry, decode_batch, encode_batch
 
 
 def test_persisted_system_topics_keep_their_config(tmp_path: Path) -> None:

@@ -29,7 +29,8 @@ from rmqgate.server.remoting import RemotingServer
 from rmqgate.tools.traffic import Direction, Kind, Role, iter_pcap_records
 from rmqgate.wire import FrameDecoder, RemotingCommand, ResponseCode, SerializeType, encode_frame
 from rmqgate.wire.codes import RequestCode
-from rmqgate.wire.message import BatchEntry, encode_batch, format_properties
+from rmqgate.wire.message import format_properties
+from rmqgate.wire.message_batch import BatchEntry, encode_batch
 
 
 class _Failures(logging.Handler):

@@ -21,7 +21,8 @@ from rmqgate.server.topics import topic_config
 from rmqgate.wire import ResponseCode
 from rmqgate.wire.codes import RequestCode
 from rmqgate.wire.ha import SLAVE_REPORT, TransferDecoder, encode_transfer_header
-from rmqgate.wire.message import BatchEntry, decode_offset_msg_id, encode_batch, iter_messages
+from rmqgate.wire.message import decode_offset_msg_id, iter_messages
+from rmqgate.wire.message_batch import BatchEntry, encode_batch
 
 SEGMENT = 1 << 20  # small_store's CommitLog segment size
 

@@ -32,13 +32,13 @@ from rmqgate.wire import RemotingCommand, ResponseCode
 from rmqgate.wire.codes import RequestCode as R
 from rmqgate.wire.message import (
     MessageExt,
-    MessageSysFlag,
     decode_message,
     decode_offset_msg_id,
     format_properties,
     iter_messages,
     parse_properties,
 )
+from rmqgate.wire.message_const import MessageSysFlag
 
 COMMIT, ROLLBACK, UNKNOWN = 8, 12, 0
 

@@ -21,7 +21,8 @@ from rmqgate.tools.replay import PlannedConnection
 from rmqgate.wire.codes import RequestCode
 from rmqgate.wire.fastjson import loads
 from rmqgate.wire.frame import decode_frame
-from rmqgate.wire.message import decode_batch, parse_properties
+from rmqgate.wire.message import parse_properties
+from rmqgate.wire.message_batch import decode_batch
 
 
 def _by_conn(rows: list[dict]) -> list[list[dict]]:

@@ -9,7 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from rmqgate.store.index_file import IndexFile, IndexService
-from rmqgate.wire.message import MessageSysFlag, java_string_hash
+from rmqgate.wire.message import java_string_hash
+from rmqgate.wire.message_const import MessageSysFlag
 
 
 @given(st.text(min_size=1, max_size=40), st.text(max_size=80))

@@ -19,14 +19,8 @@ from rmqgate.store.api import (
 )
 from rmqgate.store.consume_queue import ConsumeQueue
 from rmqgate.store.message_store import DefaultMessageStore
-from rmqgate.wire.message import (
-    MAGIC_V1,
-    MAGIC_V2,
-    MessageExt,
-    MessageSysFlag,
-    decode_message,
-    java_string_hash,
-)
+from rmqgate.wire.message import MAGIC_V1, MAGIC_V2, MessageExt, decode_message, java_string_hash
+from rmqgate.wire.message_const import MessageSysFlag
 
 G = GetMessageStatus
 

@@ -40,8 +40,10 @@ from rmqgate.wire import RemotingCommand, encode_frame
 from rmqgate.wire.bodies import DataVersion, RegisterBrokerBody, TopicConfig, TopicConfigSerializeWrapper
 from rmqgate.wire.codes import RequestCode, ResponseCode, SerializeType
 from rmqgate.wire.command import RESPONSE_FLAG
+from rmqgate.wire.compression import compress_body, compression_flags
 from rmqgate.wire.headers import RegisterBrokerRequestHeader, SendMessageRequestHeader
-from rmqgate.wire.message import StoredMessage, compress_body, compression_flags, decode_batch, iter_messages
+from rmqgate.wire.message import StoredMessage, iter_messages
+from rmqgate.wire.message_batch import decode_batch
 
 _CORPUS = Path(os.environ.get("RMQGATE_CORPUS", Path(__file__).resolve().parents[3] / "shared" / "corpus"))
 PCAPS = sorted(p.relative_to(_CORPUS).as_posix() for p in _CORPUS.glob("pcap*/*.pcap"))

@@ -19,8 +19,18 @@ from hypothesis import strategies as st
 
 from rmqgate.tools.pcap import read_frames
 from rmqgate.wire import message as m
+from rmqgate.wire.compression import compress_body, compression_flags, decompress_body
 from rmqgate.wire.errors import CompressionUnavailable, MessageFormatError
-from rmqgate.wire.message import MessageExt, MessageSysFlag
+from rmqgate.wire.message import MessageExt
+from rmqgate.wire.message_batch import BatchEntry, decode_batch, encode_batch
+from rmqgate.wire.message_const import (
+    PROPERTY_RETRY_TOPIC,
+    PROPERTY_UNIQ_KEY,
+    MessageSysFlag,
+    compression_type,
+    reset_transaction,
+    transaction_type,
+)
 
 STORE_TGZ = "java-4.9.8-store-clean.tgz"
 STORE_MANIFEST = "java-4.9.8-store-clean.manifest.json"
@@ -195,7 +205,7 @@ def test_pull_bodies_in_captures_are_concatenated_stored_records(corpus: Path) -
             for r in records:
                 assert r.body_crc == m.body_crc(r.body)
                 if r.sys_flag & MessageSysFlag.COMPRESSED:
-                    assert len(m.decompress_body(r.body, r.sys_flag)) >= 4096  # compressMsgBodyOverHowmuch
+                    assert len(decompress_body(r.body, r.sys_flag)) >= 4096  # compressMsgBodyOverHowmuch
                     compressed += 1
             pulls += 1
             messages += len(records)
@@ -212,10 +222,10 @@ def test_batch_bodies_in_captures_round_trip(corpus: Path) -> None:
                 continue
             batch_flag = (cmd.ext_fields or {}).get("m", "").strip('"')
             if cmd.code == 320 or (cmd.code == 310 and batch_flag in ("1", "true")):
-                entries = m.decode_batch(cmd.body)
+                entries = decode_batch(cmd.body)
                 assert entries and all(e.uniq_key for e in entries), pcap.name
                 assert len({e.uniq_key for e in entries}) == len(entries), "each entry has its own UNIQ_KEY"
-                assert m.encode_batch(entries) == cmd.body
+                assert encode_batch(entries) == cmd.body
                 batches += 1
     assert batches >= 2
 
@@ -272,9 +282,9 @@ def test_long_topic_uses_v2_and_short_topic_v1() -> None:
 
 def test_changed_properties_are_not_hidden_by_the_decoded_string() -> None:
     msg = m.decode_message(m.encode_message(_sample()))
-    msg.properties[m.PROPERTY_RETRY_TOPIC] = "%RETRY%g"
+    msg.properties[PROPERTY_RETRY_TOPIC] = "%RETRY%g"
     out = m.decode_message(m.encode_message(msg))
-    assert out.properties[m.PROPERTY_RETRY_TOPIC] == "%RETRY%g"
+    assert out.properties[PROPERTY_RETRY_TOPIC] == "%RETRY%g"
 
 
 def _props_of(record: bytes | bytearray) -> str:
@@ -404,11 +414,11 @@ def test_java_string_hash_matches_the_loop_and_chains_prefixes(s: str, data: st.
 
 def test_sys_flag_helpers() -> None:
     flag = MessageSysFlag.COMPRESSED | MessageSysFlag.TRANSACTION_PREPARED | MessageSysFlag.ZSTD
-    assert m.transaction_type(flag) == MessageSysFlag.TRANSACTION_PREPARED
-    reset = m.reset_transaction(flag, MessageSysFlag.TRANSACTION_COMMIT)
+    assert transaction_type(flag) == MessageSysFlag.TRANSACTION_PREPARED
+    reset = reset_transaction(flag, MessageSysFlag.TRANSACTION_COMMIT)
     assert reset == MessageSysFlag.COMPRESSED | MessageSysFlag.TRANSACTION_COMMIT | MessageSysFlag.ZSTD
-    assert m.compression_type(MessageSysFlag.COMPRESSED) == MessageSysFlag.ZLIB
-    assert m.compression_flags("zstd") == 0x201
+    assert compression_type(MessageSysFlag.COMPRESSED) == MessageSysFlag.ZLIB
+    assert compression_flags("zstd") == 0x201
 
 
 # --------------------------------------------------------------------------------------------------
@@ -418,19 +428,19 @@ def test_sys_flag_helpers() -> None:
 @pytest.mark.parametrize("kind", ["zlib", "zstd", "lz4"])
 def test_compression_round_trip(kind: str) -> None:
     body = b"RocketMQ " * 1000
-    packed = m.compress_body(body, kind, 5)
+    packed = compress_body(body, kind, 5)
     assert len(packed) < len(body)
-    assert m.decompress_body(packed, m.compression_flags(kind)) == body
+    assert decompress_body(packed, compression_flags(kind)) == body
 
 
 def test_legacy_type_zero_means_zlib_and_uncompressed_passes_through() -> None:
     body = b"x" * 5000
-    assert m.decompress_body(zlib.compress(body, 5), MessageSysFlag.COMPRESSED) == body
-    assert m.decompress_body(body, MessageSysFlag.ZSTD) == body  # type bits without COMPRESSED
+    assert decompress_body(zlib.compress(body, 5), MessageSysFlag.COMPRESSED) == body
+    assert decompress_body(body, MessageSysFlag.ZSTD) == body  # type bits without COMPRESSED
 
 
 def test_lz4_uses_the_lz4_java_frame_defaults() -> None:
-    packed = m.compress_body(b"a" * 100, MessageSysFlag.LZ4)
+    packed = compress_body(b"a" * 100, MessageSysFlag.LZ4)
     assert packed[:4] == b"\x04\x22\x4d\x18"  # LZ4 frame magic
     assert packed[4] == 0x60  # FLG: version 01, independent blocks, no checksums, no content size
     assert packed[5] == 0x70  # BD: 4 MiB blocks
@@ -441,30 +451,30 @@ def test_zstd_stream_without_content_size_decompresses() -> None:
 
     cobj = zstandard.ZstdCompressor(level=5, write_content_size=False).compressobj()
     packed = cobj.compress(b"z" * 9000) + cobj.flush()
-    assert m.decompress_body(packed, m.compression_flags("zstd")) == b"z" * 9000
+    assert decompress_body(packed, compression_flags("zstd")) == b"z" * 9000
 
 
 def test_missing_lz4_raises_compression_unavailable(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "lz4", None)
     monkeypatch.setitem(sys.modules, "lz4.frame", None)
     with pytest.raises(CompressionUnavailable, match="lz4"):
-        m.decompress_body(b"\x04\x22\x4d\x18", m.compression_flags("lz4"))
+        decompress_body(b"\x04\x22\x4d\x18", compression_flags("lz4"))
     with pytest.raises(CompressionUnavailable, match="lz4"):
-        m.compress_body(b"x", "lz4")
-    assert m.decompress_body(zlib.compress(b"ok"), MessageSysFlag.COMPRESSED) == b"ok"
+        compress_body(b"x", "lz4")
+    assert decompress_body(zlib.compress(b"ok"), MessageSysFlag.COMPRESSED) == b"ok"
 
 
 @pytest.mark.parametrize("kind", ["zlib", "zstd", "lz4"])
 def test_corrupt_compressed_body_is_a_format_error(kind: str) -> None:
-    packed = m.compress_body(b"payload " * 100, kind)
+    packed = compress_body(b"payload " * 100, kind)
     for bad in (b"", b"garbage!", packed[: len(packed) // 2]):
         with pytest.raises(MessageFormatError):
-            m.decompress_body(bad, m.compression_flags(kind))
+            decompress_body(bad, compression_flags(kind))
 
 
 def test_unknown_compression_type_is_a_format_error() -> None:
     with pytest.raises(MessageFormatError, match="compression"):
-        m.decompress_body(b"x", MessageSysFlag.COMPRESSED | 0x400)
+        decompress_body(b"x", MessageSysFlag.COMPRESSED | 0x400)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -570,22 +580,22 @@ def test_properties_parser_skips_malformed_pairs_like_java(s: str) -> None:
 
 
 _entries = st.builds(
-    m.BatchEntry,
+    BatchEntry,
     flag=_int32,
     body=st.binary(max_size=100),
-    properties=st.dictionaries(_key, _value, max_size=5).map(lambda d: {**d, m.PROPERTY_UNIQ_KEY: "ID"}),
+    properties=st.dictionaries(_key, _value, max_size=5).map(lambda d: {**d, PROPERTY_UNIQ_KEY: "ID"}),
 )
 
 
 @given(st.lists(_entries, max_size=6))
-def test_batch_round_trip(entries: list[m.BatchEntry]) -> None:
+def test_batch_round_trip(entries: list[BatchEntry]) -> None:
     for i, entry in enumerate(entries):
-        entry.properties[m.PROPERTY_UNIQ_KEY] = f"UNIQ{i}"
-    body = m.encode_batch(entries)
-    out = m.decode_batch(body)
+        entry.properties[PROPERTY_UNIQ_KEY] = f"UNIQ{i}"
+    body = encode_batch(entries)
+    out = decode_batch(body)
     assert out == entries
     assert [e.uniq_key for e in out] == [f"UNIQ{i}" for i in range(len(entries))]
-    assert m.encode_batch(out) == body
+    assert encode_batch(out) == body
 
 
 @given(st.one_of(st.binary(min_size=4, max_size=4), st.binary(min_size=16, max_size=16)), _int32, _int64)
@@ -738,14 +748,14 @@ def test_encode_rejects_inconsistent_messages() -> None:
 
 
 def test_malformed_batches_and_ids_are_format_errors() -> None:
-    body = m.encode_batch([m.BatchEntry(0, b"abc", {"UNIQ_KEY": "X"})])
+    body = encode_batch([BatchEntry(0, b"abc", {"UNIQ_KEY": "X"})])
     for cut in range(1, len(body)):
         with pytest.raises(MessageFormatError):
-            m.decode_batch(body[:cut])
+            decode_batch(body[:cut])
     bad = bytearray(body)
     struct.pack_into(">i", bad, 0, len(body) + 1)
     with pytest.raises(MessageFormatError):
-        m.decode_batch(bad)
+        decode_batch(bad)
     for msg_id in ("", "7F000001", "Z" * 32, "7F00000100002A9F000000000000123", " " * 32):
         with pytest.raises(MessageFormatError):
             m.decode_offset_msg_id(msg_id)
@@ -756,7 +766,7 @@ def test_malformed_batches_and_ids_are_format_errors() -> None:
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.binary(max_size=200))
 def test_random_bytes_never_raise_anything_else(data: bytes) -> None:
-    for call in (m.decode_message, m.decode_batch, lambda d: list(m.iter_messages(d))):
+    for call in (m.decode_message, decode_batch, lambda d: list(m.iter_messages(d))):
         try:
             call(data)
         except MessageFormatError:
@@ -786,7 +796,7 @@ def test_bounded_mutation_fuzz_of_valid_records() -> None:
         _record(),
         _record(sys_flag=0x30, topic="t" * 130),
         _record(body=b""),
-        m.encode_batch([m.BatchEntry(1, b"x" * 20, {"UNIQ_KEY": "A"}), m.BatchEntry(2, b"", {"k": "é"})]),
+        encode_batch([BatchEntry(1, b"x" * 20, {"UNIQ_KEY": "A"}), BatchEntry(2, b"", {"k": "é"})]),
     ]
     outcomes = Counter()
     for _ in range(5000):
@@ -799,7 +809,7 @@ def test_bounded_mutation_fuzz_of_valid_records() -> None:
                 del data[rng.randrange(len(data)) :]
             else:
                 data += bytes(rng.randrange(256) for _ in range(rng.randint(1, 8)))
-        for call in (m.decode_message, m.decode_batch, lambda d: list(m.iter_messages(d))):
+        for call in (m.decode_message, decode_batch, lambda d: list(m.iter_messages(d))):
             try:
                 call(bytes(data))
                 outcomes["ok"] += 1
