@@ -15,6 +15,9 @@ from rmqgate.compat_tests import java
 from rmqgate.compat_tests.conftest import Cluster, started_pair
 from rmqgate.compat_tests.java import CLIENT_VERSIONS, SERIALIZATIONS
 from rmqgate.compat_tests.servers import BROKER_CONF
+from rmqgate.compat_tests.wire_client import WireClient
+from rmqgate.server.acl import sign_request
+from rmqgate.wire.codes import RequestCode, SerializeType
 
 pytestmark = [pytest.mark.slow, pytest.mark.java]
 
@@ -189,3 +192,35 @@ def test_cpp_client_signs_as_java_checks(acl_pair, tmp_path, secret):
         outcome[broker] = (len(res["results"]), len(res["errors"]), [r["status"] for r in res["results"]])
     expected = (2, 0, [0, 0]) if secret == "right" else (0, 2, [])
     assert outcome == {"rmqgate": expected, "java": expected}
+
+
+def _answers_to_unknown_code(addr: str, ser: int) -> dict[str, tuple[int, str] | None]:
+    """What ``addr`` answers to request code 9999: unsigned, signed with a wrong secret and with the
+    right one (None: no answer within 3 s)."""
+    out: dict[str, tuple[int, str] | None] = {}
+    with WireClient(addr, serialize_type=ser) as c:
+        for case, secret in (("no key", None), ("bad signature", "notTheSecret1"), ("valid", KEYS["userSk"])):
+            ext = {"x": "y"}
+            if secret is not None:
+                sign_request(ext, b"body", KEYS["userAk"], secret)
+            got = c.poll_response(c.send(9999, ext, b"body"), 3.0)
+            out[case] = None if got is None else (got.code, got.remark or "")
+    return out
+
+
+@pytest.mark.parametrize("ser", SERIALIZATIONS)
+def test_unknown_code_checked_by_acl_first_as_java(acl_pair, ser):
+    """The broker's ACL hook runs before its default processor: an unknown code unsigned or badly
+    signed is refused as any request; validly signed it is REQUEST_CODE_NOT_SUPPORTED."""
+    kind = SerializeType.JSON if ser == "JSON" else SerializeType.ROCKETMQ
+    seen = {name: _answers_to_unknown_code(c.broker, kind) for name, c in acl_pair.clusters.items()}
+    assert seen["rmqgate"] == seen["java"], seen
+    assert seen["java"]["no key"] is not None and seen["java"]["no key"][0] == 1
+    assert seen["java"]["valid"] is not None and seen["java"]["valid"][0] == 3
+
+
+def test_name_server_checks_no_acl_as_java(acl_pair):
+    """4.9.8's name server has no ACL: an unsigned GET_BROKER_CLUSTER_INFO is answered."""
+    for cluster in acl_pair.clusters.values():
+        with WireClient(cluster.namesrv) as c:
+            assert c.invoke(RequestCode.GET_BROKER_CLUSTER_INFO).code == 0
