@@ -16,7 +16,7 @@ import zlib
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
-from rmqgate.server import acl, acl_admin, ha, locks, schedule, sendback, transaction
+from rmqgate.server import acl, acl_admin, consumer_filter, ha, locks, schedule, sendback, transaction
 from rmqgate.server.admin import AdminBrokerProcessor
 from rmqgate.server.client import RemotingClient
 from rmqgate.server.config import BrokerConfig, parse_properties_text
@@ -69,6 +69,7 @@ class BrokerController:
         self.topics = TopicConfigManager(config, self.store.meta)
         self.subscription_groups = SubscriptionGroupManager(config, self.store.meta)
         self.consumers = ConsumerManager(self.notify_consumer_ids_changed)
+        self.consumers.filters.load(self.store.meta, consumer_filter.clean_time_span(config.extra))
         self.producers = ProducerManager()
         self.locks = locks.RebalanceLockManager(locks.lock_max_live_time(config))
         self.transactions = transaction.TransactionalMessageService(self)

@@ -5,7 +5,10 @@
 A heartbeat's non-TAG subscriptions register here (compiled once per group, topic and subVersion);
 a pull with the subscription flag compiles its expression through the same text-keyed cache. A group
 that loses its last client leaves its filter data marked dead, as Java's does (a retry-topic filter
-still finds it). rmqgate does not persist it (Java's consumerFilter.json) nor keep bloom-filter bits.
+still finds it), and data dead for filterDataCleanTimeSpan is removed. Each change is written to the
+store's metadata (``consumer_filter``: one FilterDataMapByTopic per topic, exported as Java's
+consumerFilter.json) and read back at start, every entry then dead unless it already was (Java's
+``decode``). No bloom-filter bit maps are kept.
 """
 
 from __future__ import annotations
@@ -17,10 +20,11 @@ import math
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from rmqgate.server.filter import CompiledExpression, FilterParseError, compile_expression, is_tag_type
 from rmqgate.server.topics import RETRY_GROUP_TOPIC_PREFIX
+from rmqgate.store.meta import CONSUMER_FILTER
 from rmqgate.wire.message_const import PROPERTY_RETRY_TOPIC
 
 if TYPE_CHECKING:
@@ -42,6 +46,19 @@ def check_expression(expression_type: str | None, expression: str | None) -> Non
     compile_cached(expression_type or "", expression)
 
 
+FILTER_DATA_CLEAN_TIME_SPAN = 24 * 3600 * 1000  # BrokerConfig.filterDataCleanTimeSpan's default (ms)
+_CLEAN_INTERVAL = 10_000  # Java cleans at each persist, every 10 s
+_LOADED_DEAD_AGO = 30_000  # decode: an entry alive when persisted died 30 s before the load
+
+
+class FilterDataTable(Protocol):
+    """Where the filter data is kept (the store's LMDB metadata)."""
+
+    def put(self, db: str, key: str, value: Any) -> None: ...
+    def delete(self, db: str, key: str) -> bool: ...
+    def items(self, db: str) -> Any: ...
+
+
 @dataclass(slots=True)
 class ConsumerFilterData:
     topic: str
@@ -60,10 +77,14 @@ class ConsumerFilterData:
     def dead(self) -> bool:
         return self.dead_time >= self.born_time
 
-    def to_json(self) -> dict[str, Any]:
-        """fastjson's ConsumerFilterData (what GET_CONSUMER_RUNNING_INFO's relay shows); no bloom bits."""
+    def to_json(self, *, bit_pos_list: bool = False) -> dict[str, Any]:
+        """fastjson's ConsumerFilterData (what GET_CONSUMER_RUNNING_INFO's relay shows); no bloom bits.
+        ``bit_pos_list``: bitPos as a plain list (for the metadata's JSON) rather than an int[]."""
+        bloom = bloom_filter_data(f"{self.consumer_group}#{self.topic}")
+        if bit_pos_list:
+            bloom["bitPos"] = list(bloom["bitPos"])
         return {
-            "bloomFilterData": bloom_filter_data(f"{self.consumer_group}#{self.topic}"),
+            "bloomFilterData": bloom,
             "bornTime": self.born_time,
             "clientVersion": self.client_version,
             "consumerGroup": self.consumer_group,
@@ -125,14 +146,19 @@ def _int32(x: int) -> int:
     return x - (1 << 32) if x >= 1 << 31 else x
 
 
+def bloom_filter_size(error_rate_percent: int = 20, expected: int = 32) -> tuple[int, int]:
+    """``BloomFilter.createByFn``'s (m bits, k hash functions)."""
+    rate = error_rate_percent / 100.0
+    k = math.ceil(math.log(rate) / math.log(0.5))
+    m = math.ceil(expected * (math.log(1 / rate) / math.log(2)) * (math.log(math.e) / math.log(2)))
+    return int(8 * math.ceil(m / 8.0)), k
+
+
 def bloom_filter_data(key: str, error_rate_percent: int = 20, expected: int = 32) -> dict[str, Any]:
     """``BloomFilter.createByFn(maxErrorRateOfBloomFilter, expectConsumerNumUseFilter).generate(key)``
     as fastjson writes the BloomFilterData a ConsumerFilterData carries (rmqgate keeps no bit maps;
     this is what queryCq shows)."""
-    rate = error_rate_percent / 100.0
-    k = math.ceil(math.log(rate) / math.log(0.5))
-    m = math.ceil(expected * (math.log(1 / rate) / math.log(2)) * (math.log(math.e) / math.log(2)))
-    m = int(8 * math.ceil(m / 8.0))
+    m, k = bloom_filter_size(error_rate_percent, expected)
     hash64 = murmur3_128_first_long(key.encode("utf-8"))
     hash1, hash2 = _int32(hash64), _int32(hash64 >> 32)
     positions = []
@@ -166,9 +192,88 @@ def _now() -> int:
     return int(time.time() * 1000)
 
 
+def clean_time_span(extra: dict[str, Any]) -> int:
+    """broker.conf's filterDataCleanTimeSpan (ms; an untyped key), else its default."""
+    try:
+        return int(str(extra.get("filterDataCleanTimeSpan", FILTER_DATA_CLEAN_TIME_SPAN)).strip())
+    except ValueError:
+        return FILTER_DATA_CLEAN_TIME_SPAN
+
+
+def _valid_bloom(data: Any) -> bool:
+    """``BloomFilter.isValid`` for this broker's filter size."""
+    if not isinstance(data, dict):
+        return False
+    m, k = bloom_filter_size()
+    positions = data.get("bitPos")
+    return data.get("bitNum") == m and isinstance(positions, list) and len(positions) == k
+
+
 class ConsumerFilterManager:
     def __init__(self) -> None:
         self.by_topic: dict[str, dict[str, ConsumerFilterData]] = {}
+        self.table: FilterDataTable | None = None
+        self.clean_time_span = FILTER_DATA_CLEAN_TIME_SPAN
+        self._cleaned = 0
+
+    def load(self, table: FilterDataTable, clean_time_span: int = FILTER_DATA_CLEAN_TIME_SPAN) -> None:
+        """Read the persisted filter data (``ConsumerFilterManager.decode``) and write each later
+        change to ``table``. Entries alive when written are taken as having died 30 s ago; an entry
+        whose bloom filter data does not fit this broker's filter drops all of them, as Java's
+        load ignores a file written with another bloom filter."""
+        self.table, self.clean_time_span = table, clean_time_span
+        now = _now()
+        loaded: dict[str, dict[str, ConsumerFilterData]] = {}
+        rows = list(table.items(CONSUMER_FILTER))
+        for topic, row in rows:
+            groups = row.get("groupFilterData") if isinstance(row, dict) else None
+            for group, raw in (groups or {}).items():
+                if not isinstance(raw, dict):
+                    continue
+                if not _valid_bloom(raw.get("bloomFilterData")):
+                    log.info("Bloom filter is changed! So ignore all filter data persisted! %s", raw)
+                    for stale, _ in rows:
+                        table.delete(CONSUMER_FILTER, stale)
+                    return
+                data = _from_row(topic, group, raw, now)
+                if data is not None:
+                    loaded.setdefault(topic, {})[group] = data
+        self.by_topic = loaded
+        for topic in loaded:
+            self._persist(topic)
+        self.clean(now)
+
+    def _persist(self, topic: str) -> None:
+        """Write the topic's FilterDataMapByTopic (removed when it holds no group)."""
+        table = self.table
+        if table is None:
+            return
+        by_group = self.by_topic.get(topic)
+        if not by_group:
+            table.delete(CONSUMER_FILTER, topic)
+            return
+        groups = {g: d.to_json(bit_pos_list=True) for g, d in by_group.items()}
+        table.put(CONSUMER_FILTER, topic, {"groupFilterData": groups, "topic": topic})
+
+    def clean(self, now: int | None = None) -> None:
+        """``ConsumerFilterManager.clean``: data dead for clean_time_span or longer is removed, and a
+        topic left without any."""
+        now = _now() if now is None else now
+        self._cleaned = now
+        for topic, by_group in list(self.by_topic.items()):
+            expired = [g for g, d in by_group.items() if d.dead and now - d.dead_time >= self.clean_time_span]
+            for group in expired:
+                log.info("Remove filter consumer %s, died too long!", by_group[group].to_json())
+                del by_group[group]
+            if not by_group:
+                del self.by_topic[topic]
+            if expired or not by_group:
+                self._persist(topic)
+
+    def _maybe_clean(self) -> None:
+        now = _now()
+        if now - self._cleaned >= _CLEAN_INTERVAL:
+            self.clean(now)
 
     def get(self, topic: str | None, group: str) -> ConsumerFilterData | None:
         by_group = self.by_topic.get(topic) if topic is not None else None
@@ -184,11 +289,19 @@ class ConsumerFilterManager:
             data = by_group.get(group)
             if data is not None and topic not in topics and not data.dead:
                 data.dead_time = _now()
+                self._persist(topic)
+        self._maybe_clean()
 
     def register(self, topic: str, group: str, expression: str, expression_type: str, version: int) -> bool:
         """``FilterDataMapByTopic.register``: a newer subVersion with another expression recompiles
         (one that no longer compiles drops the old data, so the client's pulls learn of it); the same
         version revives dead data."""
+        changed = self._register(topic, group, expression, expression_type, version)
+        if changed:
+            self._persist(topic)
+        return changed
+
+    def _register(self, topic: str, group: str, expression: str, expression_type: str, version: int) -> bool:
         if is_tag_type(expression_type) or not expression:
             return False
         by_group = self.by_topic.setdefault(topic, {})
@@ -206,6 +319,7 @@ class ConsumerFilterManager:
         if data is None:
             if old is not None:
                 del by_group[group]
+                self._persist(topic)
             return False
         by_group[group] = data
         return True
@@ -213,10 +327,35 @@ class ConsumerFilterManager:
     def unregister(self, group: str) -> None:
         """The group lost its last client: its filter data is dead (kept, as Java keeps it a day)."""
         now = _now()
-        for by_group in self.by_topic.values():
+        for topic, by_group in self.by_topic.items():
             data = by_group.get(group)
             if data is not None and not data.dead:
                 data.dead_time = now
+                self._persist(topic)
+        self._maybe_clean()
+
+
+def _from_row(topic: str, group: str, raw: dict[str, Any], now: int) -> ConsumerFilterData | None:
+    """A persisted ConsumerFilterData, compiled again (None when it no longer compiles or is not one)."""
+    try:
+        expression, expression_type = str(raw["expression"]), str(raw.get("expressionType") or "")
+        born, dead = int(raw.get("bornTime") or 0), int(raw.get("deadTime") or 0)
+        version = int(raw.get("clientVersion") or 0)
+    except (KeyError, TypeError, ValueError):
+        log.error("load filter data error, %s", raw)
+        return None
+    if is_tag_type(expression_type):
+        return None
+    try:
+        compiled = compile_cached(expression_type, expression)
+    except FilterParseError as exc:
+        log.error("load filter data error, %s: %s", raw, exc.remark)
+        return None
+    if dead == 0:  # "we think all consumers are dead when load"
+        dead = max(now - _LOADED_DEAD_AGO, born)
+    return ConsumerFilterData(
+        topic, group, expression, expression_type, version, compiled, born, dead, compiled.implied_tag_codes
+    )
 
 
 def message_filter(

@@ -1,4 +1,5 @@
-"""Import/export RocketMQ's config JSON (topics, consumerOffset, subscriptionGroup, delayOffset).
+"""Import/export RocketMQ's config JSON (topics, consumerOffset, subscriptionGroup, delayOffset,
+consumerFilter).
 
 Files are fastjson's: unquoted integer keys in offset tables, tab-indented PrettyFormat, written via
 ``.tmp`` with the previous content kept as ``.bak`` (``MixAll.string2File``).
@@ -6,17 +7,26 @@ Files are fastjson's: unquoted integer keys in offset tables, tab-indented Prett
 
 from __future__ import annotations
 
+import array
 import os
 from pathlib import Path
 from typing import Any
 
-from rmqgate.store.meta import CONSUMER_OFFSETS, DELAY_OFFSETS, SUBSCRIPTION_GROUPS, TOPICS, LmdbMetaStore
+from rmqgate.store.meta import (
+    CONSUMER_FILTER,
+    CONSUMER_OFFSETS,
+    DELAY_OFFSETS,
+    SUBSCRIPTION_GROUPS,
+    TOPICS,
+    LmdbMetaStore,
+)
 from rmqgate.wire import fastjson
 
 TOPICS_JSON = "topics.json"
 CONSUMER_OFFSET_JSON = "consumerOffset.json"
 SUBSCRIPTION_GROUP_JSON = "subscriptionGroup.json"
 DELAY_OFFSET_JSON = "delayOffset.json"
+CONSUMER_FILTER_JSON = "consumerFilter.json"
 
 
 def _read(path: Path) -> Any | None:
@@ -54,8 +64,34 @@ def _dump(obj: Any) -> str:
     return fastjson.dumps(obj, quoted_keys=False, pretty=True).decode("utf-8")
 
 
+def _filter_rows(data: Any) -> dict[str, Any]:
+    """consumerFilter.json's filterDataByTopic as the metadata's rows: topic -> FilterDataMapByTopic
+    (each group's ConsumerFilterData as the file has it; the broker checks them when it loads)."""
+    rows: dict[str, Any] = {}
+    table = data.get("filterDataByTopic") if isinstance(data, dict) else None
+    for topic, by_topic in (table if isinstance(table, dict) else {}).items():
+        groups = by_topic.get("groupFilterData") if isinstance(by_topic, dict) else None
+        if isinstance(groups, dict):
+            rows[str(topic)] = {"groupFilterData": groups, "topic": by_topic.get("topic", topic)}
+    return rows
+
+
+def _filter_file(rows: dict[str, Any]) -> dict[str, Any]:
+    """The rows as ConsumerFilterManager's JSON: each bitPos an int[] (one line, as fastjson's)."""
+    out: dict[str, Any] = {}
+    for topic, row in rows.items():
+        groups = {}
+        for group, data in (row.get("groupFilterData") or {}).items():
+            bloom = data.get("bloomFilterData")
+            if isinstance(bloom, dict) and isinstance(bloom.get("bitPos"), list):
+                data = {**data, "bloomFilterData": {**bloom, "bitPos": array.array("i", bloom["bitPos"])}}
+            groups[group] = data
+        out[topic] = {"groupFilterData": groups, "topic": row.get("topic", topic)}
+    return {"filterDataByTopic": out}
+
+
 def import_config(meta: LmdbMetaStore, config_dir: Path) -> dict[str, int]:
-    """Load whatever of the four files exists into the metadata store (replacing each table)."""
+    """Load whatever of the five files exists into the metadata store (replacing each table)."""
     d = Path(config_dir)
     counts: dict[str, int] = {}
     for file_name, table_name, key in (
@@ -80,11 +116,16 @@ def import_config(meta: LmdbMetaStore, config_dir: Path) -> dict[str, int]:
         table = data.get("offsetTable") or {}
         meta.put_many(DELAY_OFFSETS, {str(int(k)): int(v) for k, v in table.items()}, replace=True)
         counts[DELAY_OFFSET_JSON] = len(table)
+    data = _read(d / CONSUMER_FILTER_JSON)
+    if data is not None:
+        rows = _filter_rows(data)
+        meta.put_many(CONSUMER_FILTER, rows, replace=True)
+        counts[CONSUMER_FILTER_JSON] = sum(len(r["groupFilterData"]) for r in rows.values())
     return counts
 
 
 def export_config(meta: LmdbMetaStore, config_dir: Path) -> dict[str, int]:
-    """Write the four files from the metadata store, as a Java broker would persist them."""
+    """Write the five files from the metadata store, as a Java broker would persist them."""
     d = Path(config_dir)
     meta.persist_offsets()
     topics = dict(meta.items(TOPICS))
@@ -100,7 +141,10 @@ def export_config(meta: LmdbMetaStore, config_dir: Path) -> dict[str, int]:
     string2file(_dump({"offsetTable": offsets}), d / CONSUMER_OFFSET_JSON)
     delays = {int(k): int(v) for k, v in meta.items(DELAY_OFFSETS)}
     string2file(_dump({"offsetTable": delays}), d / DELAY_OFFSET_JSON)
+    filters = dict(meta.items(CONSUMER_FILTER))
+    string2file(_dump(_filter_file(filters)), d / CONSUMER_FILTER_JSON)
     return {
+        CONSUMER_FILTER_JSON: sum(len(r.get("groupFilterData") or {}) for r in filters.values()),
         TOPICS_JSON: len(topics),
         SUBSCRIPTION_GROUP_JSON: len(groups),
         CONSUMER_OFFSET_JSON: len(offsets),

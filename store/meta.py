@@ -1,4 +1,5 @@
-"""LMDB side-store for broker metadata: topic configs, subscription groups, consumer and delay offsets.
+"""LMDB side-store for broker metadata: topic configs, subscription groups, consumer and delay offsets,
+consumer filter data.
 
 One environment (``<root>/meta``) with named databases; values are JSON. Every write is one LMDB
 transaction (atomic), written through at once and fsynced by the store service's rounds. Java's tables
@@ -31,7 +32,8 @@ TOPICS = "topics"
 SUBSCRIPTION_GROUPS = "subscription_groups"
 CONSUMER_OFFSETS = "consumer_offsets"
 DELAY_OFFSETS = "delay_offsets"
-DATABASES = (TOPICS, SUBSCRIPTION_GROUPS, CONSUMER_OFFSETS, DELAY_OFFSETS)
+CONSUMER_FILTER = "consumer_filter"  # topic -> FilterDataMapByTopic (the SQL92 groups' filter data)
+DATABASES = (TOPICS, SUBSCRIPTION_GROUPS, CONSUMER_OFFSETS, DELAY_OFFSETS, CONSUMER_FILTER)
 _VERSIONS = "data_versions"
 _JOURNAL = "offsets.journal"  # consumer offset changes since the last persist, replayed at open
 _JOURNAL_SIZE = 1 << 20

@@ -7,6 +7,8 @@ expressions against that jar agreed on every value, toString and error text."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -20,6 +22,7 @@ from rmqgate.server.consumer_filter import (
     message_filter,
 )
 from rmqgate.server.filter import FilterParseError, _EvalError, compile_expression, compile_sql92
+from rmqgate.store.meta import CONSUMER_FILTER, LmdbMetaStore
 from rmqgate.wire.message import java_string_hash
 
 # (expression, properties, Java's result, Java's toString of the compiled expression)
@@ -288,6 +291,56 @@ def test_dead_filter_data_is_kept_and_revived() -> None:
     assert data is not None and data.dead
     assert m.register("T", "G", "a = 1", "SQL92", 10)
     assert not m.get("T", "G").dead
+
+
+def test_filter_data_persisted_and_reloaded_as_java_decodes_it(tmp_path: Path) -> None:
+    """Every change is in the metadata; a new manager reads it back dead (alive ones died 30 s ago,
+    as ConsumerFilterManager.decode takes them), a heartbeat of the same subVersion revives it with
+    its persisted expression, and data dead for filterDataCleanTimeSpan is removed."""
+    meta = LmdbMetaStore(tmp_path / "meta")
+    try:
+        m = ConsumerFilterManager()
+        m.load(meta)
+        assert m.register("T", "G", "a > 5", "SQL92", 10)
+        born = m.get("T", "G").born_time
+        row = meta.get(CONSUMER_FILTER, "T")
+        assert row["groupFilterData"]["G"]["expression"] == "a > 5" and row["topic"] == "T"
+        again = ConsumerFilterManager()
+        again.load(meta)
+        data = again.get("T", "G")
+        assert data is not None and data.dead and data.client_version == 10 and data.born_time == born
+        assert data.dead_time == born  # born less than 30 s ago: dead since then
+        assert data.compiled.matches({"a": "9"}) and not data.compiled.matches({"a": "1"})
+        # the same subVersion with another text: revived, the persisted expression kept (Java's register)
+        assert again.register("T", "G", "a < 5", "SQL92", 10)
+        assert again.get("T", "G").expression == "a > 5" and not again.get("T", "G").dead
+        again.unregister("G")
+        dead_time = again.get("T", "G").dead_time
+        third = ConsumerFilterManager()
+        third.load(meta)
+        assert third.get("T", "G").dead_time == dead_time  # already dead: kept as it was
+        ConsumerFilterManager().load(meta, clean_time_span=0)  # dead for the whole span: removed
+        assert meta.get(CONSUMER_FILTER, "T") is None
+        assert list(meta.items(CONSUMER_FILTER)) == []
+    finally:
+        meta.close()
+
+
+def test_persisted_filter_data_of_another_bloom_filter_is_ignored(tmp_path: Path) -> None:
+    meta = LmdbMetaStore(tmp_path / "meta")
+    try:
+        m = ConsumerFilterManager()
+        m.load(meta)
+        m.register("T1", "G", "a > 5", "SQL92", 10)
+        m.register("T2", "G", "a > 5", "SQL92", 10)
+        row = meta.get(CONSUMER_FILTER, "T2")
+        row["groupFilterData"]["G"]["bloomFilterData"]["bitNum"] = 64  # another filter's size
+        meta.put(CONSUMER_FILTER, "T2", row)
+        again = ConsumerFilterManager()
+        again.load(meta)
+        assert again.by_topic == {} and list(meta.items(CONSUMER_FILTER)) == []
+    finally:
+        meta.close()
 
 
 def test_pull_without_compiled_filter_data_delivers_everything() -> None:

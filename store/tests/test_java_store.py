@@ -213,7 +213,8 @@ def test_import_export_java_config(java_store: Path, tmp_path: Path) -> None:
         out = tmp_path / "out"
         export_config(store.meta, out)
         export_config(store.meta, out)  # second write keeps the first as .bak
-        for name in ("topics.json", "consumerOffset.json", "subscriptionGroup.json", "delayOffset.json"):
+        names = ("topics.json", "consumerOffset.json", "subscriptionGroup.json", "delayOffset.json")
+        for name in (*names, "consumerFilter.json"):
             mine = fastjson.loads((out / name).read_text())
             theirs = fastjson.loads((java_store / "config" / name).read_text())
             assert mine == theirs, name
