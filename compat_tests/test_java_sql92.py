@@ -17,7 +17,15 @@ from rmqgate.compat_tests import java
 from rmqgate.compat_tests.conftest import started_pair
 from rmqgate.compat_tests.java import BY_CLIENT, BY_HEADERS, BrokerPair
 from rmqgate.compat_tests.servers import BROKER_CONF
-from rmqgate.compat_tests.wire_client import WireClient, dumps, heartbeat_body, loads
+from rmqgate.compat_tests.wire_client import (
+    PULL_SUBSCRIPTION,
+    PULL_SUSPEND,
+    WireClient,
+    decode_messages,
+    dumps,
+    heartbeat_body,
+    loads,
+)
 from rmqgate.wire.codes import RequestCode, ResponseCode
 
 pytestmark = [pytest.mark.slow, pytest.mark.java]
@@ -171,3 +179,27 @@ def test_sql92_group_in_admin_views_and_a_heartbeat_that_does_not_compile(broker
     assert seen["rmqgate"] == seen["java"]
     assert seen["java"]["pull"][0] == ResponseCode.FILTER_DATA_NOT_EXIST
     assert "\"expression\":\"a > 5 AND TAGS IN ('A', 'B')\"" in seen["java"]["filterData"]
+
+
+def test_held_sql92_pull_woken_only_by_a_matching_message(broker_pair: BrokerPair, uniq):
+    """A long-polling SQL92 pull on an empty queue stays parked when a message its expression
+    rejects arrives (notifyMessageArriving runs the pull's MessageFilter on the message's
+    properties) and is answered by the next matching one, with that message only."""
+    topic, group = uniq(), uniq("sqlhold")
+    broker_pair.create_topic(topic, 1)
+    seen: dict[str, Any] = {}
+    for name, cluster in broker_pair.clusters.items():
+        with WireClient(cluster.broker) as consumer, WireClient(cluster.broker) as producer:
+            opaque = consumer.pull(
+                group, topic, 0, 0, sys_flag=PULL_SUBSCRIPTION | PULL_SUSPEND, suspend_ms=20000,
+                subscription="a > 5", sub_version=1, extra={"expressionType": "SQL92"}, send_only=True,
+            )  # fmt: skip
+            early = consumer.poll_response(opaque, 1.0)  # parked: nothing to answer yet
+            for a in ("1", "9"):
+                sent = producer.send_message(topic, f"a={a}".encode(), queue_id=0, properties={"a": a})
+                assert sent.code == ResponseCode.SUCCESS, (name, sent.remark)
+            got = early or consumer.wait(opaque, 25)
+            bodies = [m.properties.get("a") for m in decode_messages(got.body)] if got.body else []
+            seen[name] = (early is None, got.code, bodies)
+    assert seen["rmqgate"] == seen["java"], seen
+    assert seen["java"] == (True, ResponseCode.SUCCESS, ["9"])

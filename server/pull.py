@@ -2,9 +2,11 @@
 ``PullRequestHoldService``).
 
 A pull that finds nothing (19) with the suspend flag is parked under ``topic@queueId``; the store's
-arrival listener wakes it when a matching message lands in that queue, and a timer answers it at the
-request's suspendTimeoutMillis. A woken pull runs again without suspending (and without the
-commit-offset side effect), exactly like the Java broker's ``executeRequestWhenWakeup``.
+arrival listener wakes it when a matching message lands in that queue (its tags code, and for an
+SQL92 subscription its properties, read from the record only while such a pull is parked), and a
+timer answers it at the request's suspendTimeoutMillis. A woken pull runs again without suspending
+(and without the commit-offset side effect), exactly like the Java broker's
+``executeRequestWhenWakeup``.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import ipaddress
 import logging
 import threading
 import time
+from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from rmqgate.server.consumer import SubscriptionData, SubscriptionParseError
@@ -25,9 +28,9 @@ from rmqgate.store.api import DispatchRequest, GetMessageStatus, PutMessageStatu
 from rmqgate.wire.bodies import MessageQueue, OffsetMovedEvent
 from rmqgate.wire.codes import RequestCode, ResponseCode
 from rmqgate.wire.command import RemotingCommand
-from rmqgate.wire.errors import HeaderFieldError
+from rmqgate.wire.errors import HeaderFieldError, MessageFormatError
 from rmqgate.wire.headers import PullMessageRequestHeader
-from rmqgate.wire.message import MessageExt
+from rmqgate.wire.message import MessageExt, RecordProperties, record_properties
 from rmqgate.wire.message_const import PROPERTY_DELAY_TIME_LEVEL, PROPERTY_KEYS, PROPERTY_TAGS, MessageSysFlag
 
 if TYPE_CHECKING:
@@ -60,16 +63,25 @@ def status_code(status: GetMessageStatus, offset: int) -> int:
     return ResponseCode.PULL_OFFSET_MOVED  # OFFSET_OVERFLOW_BADLY, OFFSET_TOO_SMALL
 
 
+PropertiesMatch = Callable[[RecordProperties], bool]
+
+
 class _HeldPull:
-    __slots__ = ("channel", "codes", "done", "offset", "request", "timer")
+    __slots__ = ("channel", "codes", "done", "offset", "props_filter", "request", "timer")
 
     def __init__(
-        self, channel: Channel, request: RemotingCommand, offset: int, codes: set[int] | None
+        self,
+        channel: Channel,
+        request: RemotingCommand,
+        offset: int,
+        codes: Collection[int] | None,
+        props_filter: PropertiesMatch | None,
     ) -> None:
         self.channel = channel
         self.request = request
         self.offset = offset
         self.codes = codes
+        self.props_filter = props_filter  # the MessageFilter's commit-log half (SQL92), or None
         self.done = False
         self.timer: asyncio.TimerHandle | None = None
 
@@ -110,8 +122,9 @@ class PullRequestHoldService:
             checker.cancel()
 
     def suspend(self, channel: Channel, request: RemotingCommand, key: tuple[str, int], offset: int,
-                codes: set[int] | None, timeout: float) -> None:  # fmt: skip
-        held = _HeldPull(channel, request, offset, codes)
+                codes: Collection[int] | None, timeout: float,
+                props_filter: PropertiesMatch | None = None) -> None:  # fmt: skip
+        held = _HeldPull(channel, request, offset, codes, props_filter)
         channel.attrs["held_pulls"] = channel.attrs.get("held_pulls", 0) + 1
         self.held.setdefault(key, []).append(held)
         loop = self.loop or asyncio.get_event_loop()
@@ -154,22 +167,36 @@ class PullRequestHoldService:
             and self.loop is not None
         ):
             self.loop.call_soon_threadsafe(
-                self.notify, d.topic, d.queue_id, d.consume_queue_offset, d.tags_code
+                self.notify, d.topic, d.queue_id, d.consume_queue_offset, d.tags_code, d.commit_log_offset
             )
             return
-        self.notify(d.topic, d.queue_id, d.consume_queue_offset, d.tags_code)
+        self.notify(d.topic, d.queue_id, d.consume_queue_offset, d.tags_code, d.commit_log_offset)
 
-    def notify(self, topic: str, queue_id: int, queue_offset: int, tags_code: int | None) -> None:
+    def notify(
+        self, topic: str, queue_id: int, queue_offset: int, tags_code: int | None, commit_log_offset: int = -1
+    ) -> None:
+        """``notifyMessageArriving``: wake the pulls parked on the queue that the message at
+        ``commit_log_offset`` matches (its tags code, then an SQL92 filter on its properties, as
+        isMatchedByConsumeQueue then isMatchedByCommitLog); without a tags code (the periodic check)
+        every pull behind the queue's end wakes."""
         key = (topic, queue_id)
         waiting = self.held.get(key)
         if not waiting:
             return
         keep = []
         wake = []
+        props: RecordProperties | None = None
         for held in waiting:
             if queue_offset >= held.offset and (
                 held.codes is None or tags_code is None or tags_code in held.codes
             ):
+                match = held.props_filter
+                if match is not None and tags_code is not None and commit_log_offset >= 0:
+                    if props is None:
+                        props = self._properties(commit_log_offset)
+                    if props is not None and not match(props):
+                        keep.append(held)
+                        continue
                 wake.append(held)
             else:
                 keep.append(held)
@@ -179,6 +206,17 @@ class PullRequestHoldService:
             del self.held[key]
         for held in wake:
             self._wake(held)
+
+    def _properties(self, commit_log_offset: int) -> RecordProperties | None:
+        """The properties of the stored message (None when it cannot be read: the pull wakes and
+        reads the queue itself)."""
+        rec = self.processor.store.select_one_message_by_offset(commit_log_offset)
+        if rec is None:
+            return None
+        try:
+            return record_properties(rec)
+        except MessageFormatError:
+            return None
 
     def wake_all(self) -> None:
         for key in list(self.held):
@@ -374,7 +412,9 @@ class PullMessageProcessor(RequestProcessor):
             and channel.attrs.get("held_pulls", 0) < MAX_HELD_PULLS_PER_CHANNEL
         ):
             timeout = h.suspend_timeout_millis if config.longPollingEnable else config.shortPollingTimeMills
-            self.hold.suspend(channel, request, (topic, queue_id), offset, codes, timeout / 1000.0)
+            self.hold.suspend(
+                channel, request, (topic, queue_id), offset, codes, timeout / 1000.0, props_filter
+            )
             response = None
         else:
             response = request.response(

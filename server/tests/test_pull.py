@@ -3,17 +3,20 @@ what a slave answers and commits, as 4.9.8's PullMessageProcessor does."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 from collections.abc import Callable
 from pathlib import Path
 
-from rmqgate.server.testing import LocalBroker, async_test, pull_cmd, send_v2
+from rmqgate.server.client import RemotingClient
+from rmqgate.server.testing import LocalBroker, async_test, pull_cmd, send_v2, wait_for
 from rmqgate.wire.bodies import SubscriptionGroupConfig
 from rmqgate.wire.codes import RequestCode as R
 from rmqgate.wire.codes import ResponseCode
 from rmqgate.wire.command import RemotingCommand
 from rmqgate.wire.message import iter_messages
 
-FLAG_COMMIT_OFFSET, FLAG_SUBSCRIPTION = 1, 4
+FLAG_COMMIT_OFFSET, FLAG_SUSPEND, FLAG_SUBSCRIPTION = 1, 2, 4
 
 
 async def fill(broker: LocalBroker, topic: str, n: int) -> None:
@@ -95,3 +98,85 @@ async def test_slave_serves_pulls_and_commits_nothing(tmp_path: Path) -> None:
             assert (await c.invoke(RemotingCommand.request(R.UPDATE_CONSUMER_OFFSET, ext))).code == 0
         assert slave.store.meta.query_offset("SG", "PT", 0) == 2
         assert (await pull(slave, 0, group="SG")).code == ResponseCode.SUCCESS
+
+
+def _sql92_pull(offset: int, expression: str, suspend_ms: int) -> RemotingCommand:
+    flags = FLAG_SUBSCRIPTION | FLAG_SUSPEND
+    cmd = pull_cmd("PT", offset, sys_flag=flags, sub=expression, suspend_ms=suspend_ms)
+    assert cmd.ext_fields is not None
+    cmd.ext_fields["expressionType"] = "SQL92"
+    return cmd
+
+
+async def _send_a(c: RemotingClient, a: int) -> None:
+    """A message to PT's queue 0 with the user property ``a``."""
+    cmd = send_v2("PT", f"a={a}".encode(), tags="T")
+    assert cmd.ext_fields is not None
+    cmd.ext_fields["i"] += f"\x02a\x01{a}"
+    resp = await c.invoke(cmd)
+    assert resp.code == ResponseCode.SUCCESS, resp.remark
+
+
+@async_test
+async def test_held_sql92_pull_woken_only_by_a_message_its_filter_matches(
+    Broker: Callable[..., LocalBroker],
+) -> None:
+    """notifyMessageArriving runs the held pull's MessageFilter on the arriving message's properties:
+    a message the expression rejects leaves the pull parked (woken, it would answer
+    PULL_RETRY_IMMEDIATELY at once); the next matching one answers it with that message."""
+    async with Broker(enablePropertyFilter=True) as broker:
+        hold = broker.broker.pull_processor.hold
+        hold.unbind()  # the 5-s check of parked pulls off: only arrivals wake them here
+        reads: list[int] = []
+        read = hold._properties
+        hold._properties = lambda phys: reads.append(phys) or read(phys)  # type: ignore[method-assign]
+        async with await broker.client() as producer, await broker.client() as consumer:
+            await _send_a(producer, 1)
+            parked = asyncio.ensure_future(consumer.invoke(_sql92_pull(1, "a > 5", 30000), 30))
+            await wait_for(lambda: hold.count == 1)
+            await _send_a(producer, 2)
+            await _send_a(producer, 3)
+            assert hold.count == 1 and not parked.done()  # each send's answer follows its notify
+            assert len(reads) == 2
+            await _send_a(producer, 9)
+            got = await parked
+            assert got.code == ResponseCode.SUCCESS, got.remark
+            assert [m.properties["a"] for m in iter_messages(got.body)] == ["9"]
+            assert hold.count == 0
+            # a TAG pull held on the queue: arrivals read no properties
+            reads.clear()
+            tag_pull = pull_cmd("PT", 4, sys_flag=FLAG_SUBSCRIPTION | FLAG_SUSPEND, sub="T", suspend_ms=30000)
+            parked = asyncio.ensure_future(consumer.invoke(tag_pull, 30))
+            await wait_for(lambda: hold.count == 1)
+            await _send_a(producer, 4)
+            got = await parked
+            assert got.code == ResponseCode.SUCCESS and reads == []
+
+
+def _sql92_heartbeat(expression: str, sub_version: int) -> RemotingCommand:
+    sub = {"expressionType": "SQL92", "subString": expression, "subVersion": sub_version, "topic": "PT"}
+    consumer = {"consumeFromWhere": "CONSUME_FROM_FIRST_OFFSET", "consumeType": "CONSUME_PASSIVELY",
+                "groupName": "SG", "messageModel": "CLUSTERING", "subscriptionDataSet": [sub]}  # fmt: skip
+    body = {"clientID": "cid@1", "consumerDataSet": [consumer], "producerDataSet": []}
+    return RemotingCommand.request(R.HEART_BEAT, body=json.dumps(body).encode())
+
+
+@async_test
+async def test_filter_data_outlives_a_restart(tmp_path: Path) -> None:
+    """The group's filter data is persisted: after a restart a heartbeat of the same subVersion
+    revives it with the persisted expression (Java's register ignores the new text), and a pull
+    without the subscription flag is filtered by it."""
+    root = str(tmp_path / "store")
+    async with LocalBroker(root, enablePropertyFilter=True) as broker, await broker.client() as c:
+        assert (await c.invoke(_sql92_heartbeat("a > 5", 100))).code == ResponseCode.SUCCESS
+        for a in (1, 9):
+            await _send_a(c, a)
+    async with LocalBroker(root, enablePropertyFilter=True) as broker, await broker.client() as c:
+        plain = pull_cmd("PT", 0, group="SG", sys_flag=0, suspend_ms=0)
+        assert (await c.invoke(plain)).code == ResponseCode.SUBSCRIPTION_NOT_EXIST  # no heartbeat yet
+        data = broker.broker.consumers.filters.get("PT", "SG")
+        assert data is not None and data.dead and data.expression == "a > 5"
+        assert (await c.invoke(_sql92_heartbeat("a < 5", 100))).code == ResponseCode.SUCCESS
+        got = await c.invoke(pull_cmd("PT", 0, group="SG", sys_flag=0, suspend_ms=0))
+        assert got.code == ResponseCode.SUCCESS, got.remark
+        assert [m.properties["a"] for m in iter_messages(got.body)] == ["9"]
