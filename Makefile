@@ -75,5 +75,11 @@ adversity: setup
 bench: $(STAMP)
 	for b in bench/[!_]*.py; do $(BIN)/python $$b || exit 1; done
 
+# The scale-out run's bundle for a lent device machine (no Java, no network there): build/device/,
+# carried by `bash bench/device/scaleout.sh` (README, Benchmarks).
+.PHONY: device-bundle
+device-bundle:
+	bash bench/device/bundle.sh
+
 clean:
 	rm -rf $(VENV) $(CLIENTS) compat_tests/node/node_modules .pytest_cache .hypothesis

@@ -13,11 +13,12 @@ server under cProfile. On a shared machine other load still moves that figure (h
 each event-loop round finds): ``--cpu N --in-process`` feeds the frames to a broker in this process
 and reports the loop thread's CPU time per send, the broker's own work without sockets or loop.
 
-``--brokers 1 2 ... [--threads T] [--warmup W]`` measures the scale-out instead: ``rmqgate serve
---brokers N`` (one broker process each, one cluster, a topic of 4 queues on every broker) driven by
-the stock Java benchmark Producer (``T`` threads per broker), with the stock Java 4.9.8 broker under
-the same producer in the same run for reference; aggregate sends/s = messages all brokers stored in
-the window, and its ratio to N x the one-broker figure.
+``--brokers 1 2 ... [--threads T] [--warmup W] [--csv FILE]`` measures the scale-out instead: ``rmqgate
+serve --brokers N`` (one broker process each, one cluster, a topic of 4 queues on every broker) driven
+by the stock Java benchmark Producer (N JVMs of ``T`` threads), with the stock Java 4.9.8 broker under
+one such JVM in the same run for reference; aggregate sends/s = messages all brokers stored in the
+window, its ratio to N x the one-broker figure, and the cores the servers, the Producers and the whole
+machine used (bench/_scaleout.py). ``--server-cpus`` / ``--producer-cpus`` pin them (taskset lists).
 """
 
 from __future__ import annotations
@@ -253,17 +254,23 @@ def cpu_per_message(args: argparse.Namespace) -> None:
 # --- scale-out: N broker processes under the stock Java producer -----------------------------------
 def scale_out(args: argparse.Namespace) -> None:
     """Aggregate sends/s of ``rmqgate serve --brokers N`` for each N of ``args.brokers`` and of the Java
-    broker, alternating rounds; each N's producer has ``args.threads`` threads per broker."""
+    broker, alternating rounds; N stock Producer JVMs of ``args.threads`` threads each drive N brokers."""
+    import shutil
+
+    import _scaleout
     import java_vs_rmqgate as jvr
 
     from rmqgate.compat_tests import java
     from rmqgate.compat_tests.servers import ServerProcess
 
-    reason = java.missing()
+    reason = java.missing(compiler=False)
     if reason:
         raise SystemExit(reason)
-    figures: dict[str, list[float]] = {}
-    cpus: dict[str, list[float]] = {}
+    if args.server_cpus:  # the servers start from this thread and inherit its affinity
+        os.sched_setaffinity(0, _scaleout.parse_cpus(args.server_cpus))
+    producer_cpus = _scaleout.parse_cpus(args.producer_cpus) if args.producer_cpus else None
+    csv_path = Path(args.csv) if args.csv else None
+    runs: list[_scaleout.ScaleRun] = []
     load0 = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="rmqgate-scale-") as tmp:
         root = Path(tmp)
@@ -272,8 +279,8 @@ def scale_out(args: argparse.Namespace) -> None:
                 workdir = root / f"r{round_no}-{n}"
                 if n == "java":
                     target = jvr.start_java(workdir)
+                    target.name = "Java 4.9.8, 1 broker"
                     jvr.create_topic(target)
-                    name, threads = "Java 4.9.8, 1 broker", args.threads
                 else:
                     workdir.mkdir(parents=True)
                     server = ServerProcess(
@@ -281,33 +288,51 @@ def scale_out(args: argparse.Namespace) -> None:
                     )
                     server.wait_ready()
                     target = ClusterTarget(server, int(n), jvr.TOPIC)
-                    name, threads = f"rmqgate --brokers {n}", args.threads * int(n)
                 try:
-                    run = jvr.measure(target, threads, round_no, args, root / "producer-logs")
+                    run = _scaleout.measure(
+                        target,
+                        brokers=1 if n == "java" else int(n),
+                        round_no=round_no,
+                        args=args,
+                        log_dir=root / "producer-logs",
+                        producer_cpus=producer_cpus,
+                    )
                 finally:
                     target.stop()
-                figures.setdefault(name, []).append(run.tps)
-                cpus.setdefault(name, []).append(run.cpu_us_per_msg)
+                    shutil.rmtree(workdir, ignore_errors=True)  # eight brokers' stores fill a disk
+                runs.append(run)
+                if csv_path is not None:
+                    _scaleout.append_csv(csv_path, run)
                 print(
-                    f"  round {round_no}, {name} ({threads} producer threads): {run.tps:,.0f} msg/s",
+                    f"  round {round_no}, {run.server} ({run.producers} x {run.threads} producer threads): "
+                    f"{run.tps:,.0f} msg/s; cores: servers {run.server_cores:.1f}, producers "
+                    f"{run.producer_cores:.1f}, machine {run.busy_cores:.1f} of {run.cpus}",
                     flush=True,
                 )
-    one = statistics.median(figures.get("rmqgate --brokers 1", [float("nan")]))
-    java_tps = statistics.median(figures["Java 4.9.8, 1 broker"])
-    print(f"\nscale-out: stock benchmark Producer (sync {args.size} B sends), {args.warmup:g} s warm-up then "
-          f"{args.seconds:g} s measured per run, {args.rounds} round(s); medians; {os.cpu_count()} CPUs, "
-          f"load average {load0[0]:.2f} before")  # fmt: skip
+    by_name: dict[str, list[_scaleout.ScaleRun]] = {}
+    for run in runs:
+        by_name.setdefault(run.server, []).append(run)
+    med = _scaleout.median_of
+    one = med(by_name["rmqgate --brokers 1"], "tps") if "rmqgate --brokers 1" in by_name else float("nan")
+    java_tps = med(by_name["Java 4.9.8, 1 broker"], "tps")
+    pinned = (f"; servers on CPUs {args.server_cpus or 'all'}, producers on CPUs {args.producer_cpus or 'all'}"
+              if args.server_cpus or args.producer_cpus else "")  # fmt: skip
+    print(f"\nscale-out: stock benchmark Producer (sync {args.size} B sends, one JVM of {args.threads} threads per "
+          f"broker), {args.warmup:g} s warm-up then {args.seconds:g} s measured per run, {args.rounds} round(s); "
+          f"medians; {os.cpu_count()} CPUs, load average {load0[0]:.2f} before{pinned}")  # fmt: skip
     rows = []
-    for name, tps in figures.items():
-        n = int(name.split()[-1]) if name.startswith("rmqgate") else 1
-        scale = statistics.median(tps) / (n * one) if name.startswith("rmqgate") else float("nan")
-        rows.append((name, f"{statistics.median(tps):,.0f}", f"{statistics.median(tps) / n:,.0f}",
-                     "-" if scale != scale else f"{scale:.2f}", f"{statistics.median(tps) / java_tps:.2f}",
-                     f"{statistics.median(cpus[name]):.1f}"))  # fmt: skip
-    print_table(["server", "aggregate msg/s", "per broker", "aggregate / (N x 1 broker)", "/ Java", "CPU us/msg"],
-                rows)  # fmt: skip
+    for name, group in by_name.items():
+        n, tps = group[0].brokers, med(group, "tps")
+        scale = tps / (n * one) if name.startswith("rmqgate") else float("nan")
+        rows.append((name, f"{tps:,.0f}", f"{tps / n:,.0f}", "-" if scale != scale else f"{scale:.2f}",
+                     f"{tps / java_tps:.2f}", f"{med(group, 'cpu_us_per_msg'):.1f}",
+                     f"{med(group, 'server_cores'):.1f}", f"{med(group, 'producer_cores'):.1f}",
+                     f"{med(group, 'busy_cores'):.1f} / {group[0].cpus}"))  # fmt: skip
+    print_table(["server", "aggregate msg/s", "per broker", "aggregate / (N x 1 broker)", "/ Java", "CPU us/msg",
+                 "server cores", "producer cores", "busy cores"], rows)  # fmt: skip
     print(
-        f"load average (1 min) {os.getloadavg()[0]:.2f} after; the producer JVM shares the CPUs with the brokers"
+        f"load average (1 min) {os.getloadavg()[0]:.2f} after; cores = CPU seconds per second of the window "
+        "(server and Producer process trees, and the whole machine from /proc/stat)"
     )
 
 
@@ -492,6 +517,9 @@ def main() -> None:
         "--brokers", type=int, nargs="+", metavar="N", help="scale-out: rmqgate serve --brokers N for each N"
     )
     ap.add_argument("--threads", type=int, default=8, help="--brokers: producer threads per broker")
+    ap.add_argument("--csv", metavar="FILE", help="--brokers: append one row per run to FILE")
+    ap.add_argument("--server-cpus", metavar="LIST", help="--brokers: run the servers on these CPUs (0-7)")
+    ap.add_argument("--producer-cpus", metavar="LIST", help="--brokers: run the Producer JVMs on these CPUs")
     ap.add_argument("--warmup", type=float, default=5.0, help="--brokers: seconds before each window")
     ap.add_argument("--floor-server", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()

@@ -41,14 +41,16 @@ def rocketmq_home() -> Path:
     return Path(env) if env else ROOT.parent / "shared" / "rocketmq-java"
 
 
-def missing() -> str | None:
-    """Why stock Java RocketMQ cannot run here, or None when it can."""
+def missing(*, compiler: bool = True) -> str | None:
+    """Why stock Java RocketMQ cannot run here, or None when it can; ``compiler=False``: only the
+    servers and tools are needed (a JRE, ``$JAVA`` as the launchers' bin/env.sh reads it), no javac."""
     home = rocketmq_home()
     if not (home / "bin" / "broker.sh").exists():
         return f"no stock RocketMQ distribution at {home} (set ROCKETMQ_HOME)"
-    for tool in ("java", "javac"):
-        if shutil.which(tool) is None:
-            return f"{tool} is not installed (make setup installs a JDK)"
+    if shutil.which(os.environ.get("JAVA") or "java") is None:
+        return "java is not installed (make setup installs a JDK; JAVA names another)"
+    if compiler and shutil.which("javac") is None:
+        return "javac is not installed (make setup installs a JDK)"
     return None
 
 
