@@ -29,14 +29,8 @@ from _timing import print_table
 from rmqgate.compat_tests.servers import free_broker_port, free_port
 from rmqgate.tools.capture_cli import compute_stats
 from rmqgate.tools.proxy import broker_addresses
-from rmqgate.tools.replay import (
-    ReplayOptions,
-    call,
-    discover_brokers,
-    latency_summary,
-    open_connection,
-    replay_file,
-)
+from rmqgate.tools.replay import ReplayOptions, call, discover_brokers, open_connection, replay_file
+from rmqgate.tools.replay_report import latency_summary
 from rmqgate.wire.codes import RequestCode
 from rmqgate.wire.command import RemotingCommand
 

@@ -29,7 +29,8 @@ from pathlib import Path
 
 import pytest
 
-from rmqgate.tools.replay import PULL_CODES, ReplayOptions, load_plan, replay_connections
+from rmqgate.tools.replay import ReplayOptions, replay_connections
+from rmqgate.tools.replay_plan import PULL_CODES, load_plan
 from rmqgate.wire.codes import RequestCode, ResponseCode, request_name, response_name
 
 pytestmark = pytest.mark.slow

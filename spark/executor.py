@@ -17,7 +17,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from rmqgate.tools.replay import Outcome, PlannedConnection, ReplayOptions, replay_connections
+from rmqgate.tools.replay import ReplayOptions, replay_connections
+from rmqgate.tools.replay_plan import PlannedConnection
+from rmqgate.tools.replay_report import Outcome
 
 #: (name, Spark SQL type) of an outcome row, in order.
 OUTCOME_COLUMNS: tuple[tuple[str, str], ...] = (

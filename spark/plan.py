@@ -1,7 +1,7 @@
 """Per-connection replay plans from frame rows, as tools/replay's engine takes them.
 
 Pure Python (no Spark): the job groups frame rows by connection and calls ``planned_connection`` once per
-(connection, clone); the per-frame planning is ``tools.replay.build_connection_plan``. A clone
+(connection, clone); the per-frame planning is ``tools.replay_plan.build_connection_plan``. A clone
 (``clone > 0``) is the same client again under another identity: its clientID (heartbeat, unregister,
 lock bodies) gets a ``#<clone>`` suffix, and every message it sends gets a distinct UNIQ_KEY and KEYS, so
 N clones put N distinct copies of each message. Producer and consumer groups stay, so clones join the
@@ -16,7 +16,7 @@ from typing import Any
 
 from rmqgate.tools.capture import Role
 from rmqgate.tools.proxy import broker_addresses
-from rmqgate.tools.replay import BROKER_ONLY_CODES, SEND_CODES, PlannedConnection, build_connection_plan
+from rmqgate.tools.replay_plan import BROKER_ONLY_CODES, SEND_CODES, PlannedConnection, build_connection_plan
 from rmqgate.tools.traffic import NAMESRV_CODES
 from rmqgate.wire.codes import RequestCode
 from rmqgate.wire.command import RESPONSE_FLAG, RemotingCommand

@@ -1,9 +1,10 @@
 """Replay recorded RocketMQ traffic (pcap or rmqcap) against a name server and its brokers.
 
 Three pure steps, reusable on a subset of connections (a Spark task replays a partition):
-``plan = load_plan(path)``; ``outcomes = await replay_connections(plan.connections, target, ...)``;
-``report = summarize(outcomes)``. ``build_connection_plan`` plans one connection from its frames
-(load_plan uses it on every connection of a file; the Spark job on frames grouped by connection).
+``plan = load_plan(path)`` (``replay_plan``); ``outcomes = await replay_connections(plan.connections,
+target, ...)`` (this module, the run); ``report = summarize(outcomes)`` (``replay_report``).
+``build_connection_plan`` plans one connection from its frames (load_plan uses it on every
+connection of a file; the Spark job on frames grouped by connection).
 
 Ordering: each connection's requests go out in recorded order at their recorded times scaled by
 ``speed`` (``None`` = as fast as the target answers). A request also waits for every request whose
@@ -25,445 +26,35 @@ import asyncio
 import bisect
 import heapq
 import itertools
-import json
-import math
-import re
 import time
 from collections import Counter, defaultdict, deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rmqgate.tools.capture import Direction, Kind, Role
-from rmqgate.tools.proxy import broker_addresses, split_addr
-from rmqgate.tools.traffic import iter_records
+from rmqgate.tools.capture import Role
+from rmqgate.tools.proxy import split_addr
+from rmqgate.tools.replay_plan import (
+    BODY_TOPIC_CODES,
+    PULL_CODES,
+    SEND_CODES,
+    PlannedConnection,
+    PlannedRequest,
+    build_frame,
+    frame_parts,
+    load_plan,
+    map_body_topics,
+    offset_of_msg_id,
+    patch_ext,
+    patch_opaque,
+)
+from rmqgate.tools.replay_report import Outcome, ReplayResult, summarize
 from rmqgate.wire.codes import RequestCode, ResponseCode, request_name, response_name
 from rmqgate.wire.command import ONEWAY_FLAG, RESPONSE_FLAG, RemotingCommand
 from rmqgate.wire.errors import CodecError
-from rmqgate.wire.frame import FrameDecoder, decode_frame, encode_frame
-from rmqgate.wire.layout import FRAME_PREFIX, HEADER_LENGTH_MASK, RocketMQHeader
-from rmqgate.wire.serialization import decode_rocketmq_header, encode_rocketmq_header
-
-SEND_CODES = frozenset({10, 310, 320, 324, 325})
-PULL_CODES = frozenset({int(RequestCode.PULL_MESSAGE), int(RequestCode.LITE_PULL_MESSAGE)})
-#: Connections sending these are a broker talking to its name server: never replayed.
-BROKER_ONLY_CODES = frozenset(
-    {
-        int(RequestCode.REGISTER_BROKER),
-        int(RequestCode.UNREGISTER_BROKER),
-        int(RequestCode.QUERY_DATA_VERSION),
-    }
-)
-_BODY_TOPIC_CODES = frozenset(
-    {
-        int(RequestCode.HEART_BEAT),
-        int(RequestCode.LOCK_BATCH_MQ),
-        int(RequestCode.UNLOCK_BATCH_MQ),
-        int(RequestCode.CHECK_CLIENT_CONFIG),
-        int(RequestCode.QUERY_ASSIGNMENT),
-    }
-)
-
-
-def _opaque_offset() -> int:
-    pos = FRAME_PREFIX.size
-    for sub in RocketMQHeader.subcons:
-        if sub.name == "opaque":
-            return pos
-        pos += sub.sizeof()
-    raise AssertionError("RocketMQHeader has no opaque")
-
-
-_OPAQUE_POS = _opaque_offset()
-_JSON_OPAQUE = re.compile(rb'"opaque"\s*:\s*(-?\d+)')
-_JSON_VALUE = rb'\s*:\s*("(?:[^"\\]|\\.)*"|-?\d+(?:\.\d+)?|true|false|null)'
-
-
-# -- raw frame patching -------------------------------------------------------------------------
-
-
-def frame_parts(raw: bytes) -> tuple[int, bytes, bytes]:
-    """(serialization type, header bytes, body bytes) of a raw frame."""
-    _, word = FRAME_PREFIX.unpack_from(raw, 0)
-    end = FRAME_PREFIX.size + (word & HEADER_LENGTH_MASK)
-    return word >> 24, raw[FRAME_PREFIX.size : end], raw[end:]
-
-
-def build_frame(serialize_type: int, header: bytes, body: bytes) -> bytes:
-    return (
-        FRAME_PREFIX.pack(4 + len(header) + len(body), (serialize_type << 24) | len(header)) + header + body
-    )
-
-
-def patch_opaque(raw: bytes, opaque: int) -> bytes:
-    st, header, body = frame_parts(raw)
-    if st:
-        return raw[:_OPAQUE_POS] + opaque.to_bytes(4, "big", signed=True) + raw[_OPAQUE_POS + 4 :]
-    matches = list(_JSON_OPAQUE.finditer(header))
-    if not matches:
-        raise CodecError("JSON header has no opaque")
-    m = matches[-1]
-    header = header[: m.start(1)] + str(opaque).encode() + header[m.end(1) :]
-    return build_frame(st, header, body)
-
-
-def header_ext(raw: bytes) -> dict[str, str]:
-    """extFields as the sender meant them (JSON numbers/booleans as their text, strings unquoted)."""
-    st, header, _ = frame_parts(raw)
-    if st:
-        return dict(decode_rocketmq_header(header).ext_fields or {})
-    try:
-        ext = json.loads(header).get("extFields") or {}
-    except ValueError:
-        return {}
-    out = {}
-    for k, v in ext.items():
-        if v is None:
-            continue
-        out[k] = v if isinstance(v, str) else ("true" if v is True else "false" if v is False else str(v))
-    return out
-
-
-def patch_ext(raw: bytes, updates: dict[str, str]) -> bytes:
-    """Set extFields values in place (JSON: only the value token changes; its quoting is kept)."""
-    if not updates:
-        return raw
-    st, header, body = frame_parts(raw)
-    if st:
-        cmd = decode_rocketmq_header(header)
-        ext = dict(cmd.ext_fields or {})
-        ext.update(updates)
-        cmd.ext_fields = ext
-        return build_frame(st, encode_rocketmq_header(cmd), body)
-    for key, value in updates.items():
-        pattern = re.compile(b'"' + re.escape(key.encode()) + b'"' + _JSON_VALUE)
-        m = None
-        for m in pattern.finditer(header):  # noqa: B007 - the last one is outside any nested object
-            pass
-        if m is None:
-            continue
-        old = m.group(1)
-        if old.startswith(b'"') or not re.fullmatch(r"-?\d+|true|false", value):
-            token = json.dumps(value, ensure_ascii=False).encode()
-        else:
-            token = value.encode()
-        header = header[: m.start(1)] + token + header[m.end(1) :]
-    return build_frame(st, header, body)
-
-
-def map_body_topics(body: bytes, topic_map: dict[str, str]) -> bytes:
-    for old, new in topic_map.items():
-        body = re.sub(
-            rb'("topic"\s*:\s*)"' + re.escape(old.encode()) + b'"',
-            lambda m, n=new: m.group(1) + json.dumps(n).encode(),
-            body,
-        )
-    return body
-
-
-def offset_of_msg_id(msg_id: str) -> int | None:
-    """The CommitLog offset in an offsetMsgId (last 16 hex digits), or None."""
-    try:
-        return int(msg_id.split(",")[0][-16:], 16) if len(msg_id) >= 32 else None
-    except ValueError:
-        return None
-
-
-# -- the plan -------------------------------------------------------------------------------------
-
-
-@dataclass(slots=True)
-class PlannedRequest:
-    ts: float  # recorded send time
-    raw: bytes
-    code: int
-    opaque: int
-    flag: int
-    ext: dict[str, str]
-    resp_ts: float | None = None
-    resp_code: int | None = None
-    resp_ext: dict[str, str] | None = None
-
-    @property
-    def oneway(self) -> bool:
-        return bool(self.flag & ONEWAY_FLAG)
-
-    @property
-    def recorded_latency(self) -> float | None:
-        return None if self.resp_ts is None else self.resp_ts - self.ts
-
-    @property
-    def expects_response(self) -> bool:
-        return self.resp_ts is not None or not self.oneway
-
-
-@dataclass(slots=True)
-class PlannedConnection:
-    conn_id: int
-    role: int
-    server: str
-    broker_name: str | None
-    requests: list[PlannedRequest] = field(default_factory=list)
-    #: server-initiated request code -> the client's recorded answers, in order (raw frames)
-    answers: dict[int, list[bytes]] = field(default_factory=dict)
-    #: END_TRANSACTION frames sent after a CHECK_TRANSACTION_STATE, by message id
-    check_answers: dict[str, PlannedRequest] = field(default_factory=dict)
-    skipped: str | None = None
-
-    @property
-    def first_ts(self) -> float:
-        return self.requests[0].ts if self.requests else math.inf
-
-
-@dataclass
-class Plan:
-    source: str
-    start: float
-    connections: list[PlannedConnection]
-    broker_addrs: dict[str, str]  # recorded broker address -> broker name
-    #: topics the recorded servers already had when the capture began (their first route lookup
-    #: succeeded before anything in the capture created them): topic -> queue counts and perm
-    preexisting_topics: dict[str, dict[str, int]] = field(default_factory=dict)
-
-    @property
-    def replayable(self) -> list[PlannedConnection]:
-        return [c for c in self.connections if c.skipped is None and c.requests]
-
-
-class ConnectionPlanner:
-    """Builds one ``PlannedConnection`` from its frames, fed in recorded order.
-
-    ``rewrite`` may change a client request in place before it is planned (returns True if it did;
-    the Spark job gives clones their identity this way).
-    """
-
-    def __init__(
-        self, pc: PlannedConnection, rewrite: Callable[[RemotingCommand], bool] | None = None
-    ) -> None:
-        self.pc = pc
-        self.rewrite = rewrite
-        self.pending: dict[int, PlannedRequest] = {}  # opaque -> client request awaiting its response
-        self.server_reqs: dict[int, int] = {}  # opaque -> code of a server request awaiting its answer
-
-    def add(self, ts: float, c2s: bool, raw: bytes, cmd: RemotingCommand) -> PlannedRequest | None:
-        """Plan one frame (``cmd`` decoded from ``raw``); returns the client request it is or answers."""
-        pc = self.pc
-        if c2s:
-            if cmd.flag & RESPONSE_FLAG:
-                code = self.server_reqs.pop(cmd.opaque, None)
-                if code is not None:
-                    pc.answers.setdefault(code, []).append(raw)
-                return None
-            if self.rewrite is not None and self.rewrite(cmd):
-                raw = encode_frame(cmd)
-            ext = header_ext(raw)
-            req = PlannedRequest(ts, raw, cmd.code, cmd.opaque, cmd.flag, ext)
-            if cmd.code in BROKER_ONLY_CODES:
-                pc.skipped = "broker registration traffic"
-            if cmd.code == RequestCode.END_TRANSACTION and ext.get("fromTransactionCheck") in ("true", "1"):
-                pc.check_answers[
-                    ext.get("msgId") or ext.get("transactionId") or str(len(pc.check_answers))
-                ] = req
-            else:
-                pc.requests.append(req)
-            self.pending[cmd.opaque] = req
-            return req
-        if not cmd.flag & RESPONSE_FLAG:
-            self.server_reqs[cmd.opaque] = cmd.code
-            return None
-        req = self.pending.pop(cmd.opaque, None)
-        if req is not None:
-            req.resp_ts = ts
-            req.resp_code = cmd.code
-            if req.code in SEND_CODES or req.code == RequestCode.END_TRANSACTION:
-                req.resp_ext = dict(cmd.ext_fields or {})
-        return req
-
-    def finish(self) -> PlannedConnection:
-        pc = self.pc
-        if not pc.requests and not pc.check_answers and pc.skipped is None:
-            pc.skipped = "no requests"
-        return pc
-
-
-def build_connection_plan(
-    pc: PlannedConnection,
-    frames: Iterable[tuple[float, bool, bytes]],
-    rewrite: Callable[[RemotingCommand], bool] | None = None,
-) -> PlannedConnection:
-    """Fill ``pc`` from its frames, ``(ts, client_to_server, raw)`` in recorded order (undecodable
-    frames are left out); ``pc.skipped`` says why it is not to be replayed, if so."""
-    planner = ConnectionPlanner(pc, rewrite)
-    for ts, c2s, raw in frames:
-        try:
-            cmd = decode_frame(raw)
-        except CodecError:
-            continue
-        planner.add(ts, c2s, raw, cmd)
-    return planner.finish()
-
-
-def load_plan(path: str | Path) -> Plan:
-    """Read a pcap or capture into per-connection request lists with their recorded responses."""
-    planners: dict[int, ConnectionPlanner] = {}
-    broker_addrs: dict[str, str] = {}
-    touched: set[str] = set()  # topics created, sent to or looked up so far
-    preexisting: dict[str, dict[str, int]] = {}
-    start = math.inf
-    for rec in iter_records(path):
-        if rec.kind == Kind.CONN_OPEN:
-            planners[rec.conn_id] = ConnectionPlanner(
-                PlannedConnection(
-                    rec.conn_id, rec.role, str(rec.meta.get("server", "")), rec.meta.get("broker_name")
-                )
-            )
-            continue
-        if rec.kind != Kind.FRAME:
-            continue
-        planner = planners.get(rec.conn_id)
-        if planner is None:
-            planner = planners[rec.conn_id] = ConnectionPlanner(
-                PlannedConnection(rec.conn_id, rec.role, "", None)
-            )
-        try:
-            cmd = decode_frame(rec.data)
-        except CodecError:
-            continue
-        c2s = rec.direction == Direction.C2S
-        req = planner.add(rec.ts, c2s, rec.data, cmd)
-        if req is None:
-            continue
-        if c2s:
-            start = min(start, rec.ts)
-            ext = req.ext
-            if cmd.code == RequestCode.UPDATE_AND_CREATE_TOPIC or cmd.code in SEND_CODES:
-                topic = ext.get("b" if cmd.code in (310, 320, 325) else "topic")
-                if topic:
-                    touched.add(topic)
-            if cmd.code in BROKER_ONLY_CODES and ext.get("brokerAddr") and ext.get("brokerName"):
-                broker_addrs[ext["brokerAddr"]] = ext["brokerName"]
-            continue
-        if req.code in (RequestCode.GET_ROUTEINFO_BY_TOPIC, RequestCode.GET_BROKER_CLUSTER_INFO) and cmd.body:
-            broker_addrs.update(broker_addresses(bytes(cmd.body)))
-        if req.code == RequestCode.GET_ROUTEINFO_BY_TOPIC:
-            topic = req.ext.get("topic", "")
-            if topic and topic not in touched and cmd.code == ResponseCode.SUCCESS and cmd.body:
-                queues = _route_queues(bytes(cmd.body))
-                if queues and topic != "TBW102" and not topic.startswith(("%RETRY%", "%DLQ%")):
-                    preexisting[topic] = queues
-            touched.add(topic)
-    conns = [planner.finish() for planner in planners.values()]
-    for pc in conns:
-        if pc.role == Role.BROKER and pc.broker_name is None:
-            pc.broker_name = _guess_broker_name(pc.server, broker_addrs)
-    ordered = sorted(conns, key=lambda c: c.first_ts)
-    return Plan(str(path), 0.0 if start == math.inf else start, ordered, broker_addrs, preexisting)
-
-
-def _route_queues(body: bytes) -> dict[str, int] | None:
-    from rmqgate.wire.fastjson import loads
-
-    try:
-        datas = loads(body).get("queueDatas") or []
-        q = datas[0]
-        return {"readQueueNums": int(q["readQueueNums"]), "writeQueueNums": int(q["writeQueueNums"]),
-                "perm": int(q.get("perm", 6))}  # fmt: skip
-    except Exception:
-        return None
-
-
-async def prepare_target(
-    topics: dict[str, dict[str, int]],
-    target: str,
-    brokers: dict[str, str] | None = None,
-    topic_map: dict[str, str] | None = None,
-    timeout: float = 5.0,
-) -> dict[str, str]:
-    """Create on the target the topics the recording shows already existed.
-
-    Returns ``{topic: outcome}``: "created", or the target's refusal (e.g. a Java or rmqgate broker
-    refuses to create ``rmq_sys_*`` topics by admin request; a Java broker auto-creates them on send).
-    """
-    if not topics:
-        return {}
-    topic_map = topic_map or {}
-    if brokers is None:
-        brokers = await discover_brokers(target, timeout)
-    done: dict[str, str] = {}
-    ns = await open_connection(target, timeout=timeout)
-    try:
-        for old, queues in topics.items():
-            topic = topic_map.get(old, old)
-            lookup = RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
-            if (await call(ns, lookup, timeout)).code == ResponseCode.SUCCESS:
-                continue
-            ext = {"topic": topic, "defaultTopic": "TBW102", "readQueueNums": str(queues["readQueueNums"]),
-                   "writeQueueNums": str(queues["writeQueueNums"]), "perm": str(queues["perm"]),
-                   "topicFilterType": "SINGLE_TAG", "topicSysFlag": "0", "order": "false"}  # fmt: skip
-            refused = None
-            for addr in brokers.values():
-                conn = await open_connection(addr, timeout=timeout)
-                try:
-                    resp = await call(
-                        conn, RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_TOPIC, ext), timeout
-                    )
-                finally:
-                    conn.close()
-                if resp.code != ResponseCode.SUCCESS:
-                    refused = f"{response_name(resp.code)}: {resp.remark}"
-            if refused is not None:
-                done[topic] = refused
-                continue
-            deadline = time.monotonic() + timeout
-            while time.monotonic() < deadline:
-                if (await call(ns, lookup, timeout)).code == ResponseCode.SUCCESS:
-                    break
-                await asyncio.sleep(0.05)
-            done[topic] = "created"
-    finally:
-        ns.close()
-    return done
-
-
-def _guess_broker_name(server: str, broker_addrs: dict[str, str]) -> str | None:
-    if server in broker_addrs:
-        return broker_addrs[server]
-    port = server.rpartition(":")[2]
-    by_port = {n for a, n in broker_addrs.items() if a.rpartition(":")[2] == port}
-    if len(by_port) == 1:
-        return by_port.pop()
-    names = set(broker_addrs.values())
-    return names.pop() if len(names) == 1 else None
-
+from rmqgate.wire.frame import FrameDecoder, encode_frame
 
 # -- the replay -----------------------------------------------------------------------------------
-
-
-@dataclass(slots=True)
-class Outcome:
-    conn_id: int
-    code: int
-    sent: float  # wall-clock seconds (comparable across processes when outcomes are merged)
-    done: float | None = None
-    response_code: int | None = None
-    recorded_code: int | None = None
-    error: str | None = None
-    long_poll: bool = False
-    kind: str = "request"  # or "check_answer"
-    topic: str | None = None
-    remark: str | None = None  # of the response, kept for mismatches
-
-    @property
-    def latency_ms(self) -> float | None:
-        return None if self.done is None or self.response_code is None else (self.done - self.sent) * 1e3
-
-    @property
-    def mismatch(self) -> bool:
-        return (
-            self.response_code is not None
-            and self.recorded_code is not None
-            and self.response_code != self.recorded_code
-        )
 
 
 class ReplayConnection(asyncio.Protocol):
@@ -748,7 +339,7 @@ class _Replay:
                 updates["offset"] = str(self.phys_map[rec_off])
         if updates:
             raw = patch_ext(raw, updates)
-        if tmap and req.code in _BODY_TOPIC_CODES:
+        if tmap and req.code in BODY_TOPIC_CODES:
             st, header, body = frame_parts(raw)
             new_body = map_body_topics(body, tmap)
             if new_body != body:
@@ -947,14 +538,6 @@ def _int(value: str | None) -> int | None:
         return None
 
 
-class ReplayResult(list):
-    """The outcomes of a replay, plus ``facts`` about it."""
-
-    def __init__(self, outcomes: Iterable[Outcome] = (), facts: dict | None = None) -> None:
-        super().__init__(outcomes)
-        self.facts = facts or {}
-
-
 async def replay_connections(
     conns: Sequence[PlannedConnection],
     target: str,
@@ -991,82 +574,57 @@ async def replay_connections(
     return ReplayResult(outcomes, facts)
 
 
-def _percentile(sorted_values: list[float], q: float) -> float:
-    if not sorted_values:
-        return 0.0
-    k = (len(sorted_values) - 1) * q
-    lo = math.floor(k)
-    hi = min(lo + 1, len(sorted_values) - 1)
-    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (k - lo)
+async def prepare_target(
+    topics: dict[str, dict[str, int]],
+    target: str,
+    brokers: dict[str, str] | None = None,
+    topic_map: dict[str, str] | None = None,
+    timeout: float = 5.0,
+) -> dict[str, str]:
+    """Create on the target the topics the recording shows already existed.
 
-
-def latency_summary(values: Iterable[float]) -> dict[str, float]:
-    v = sorted(values)
-    return {
-        "count": len(v),
-        "p50": _percentile(v, 0.5),
-        "p90": _percentile(v, 0.9),
-        "p99": _percentile(v, 0.99),
-        "max": v[-1] if v else 0.0,
-        "mean": sum(v) / len(v) if v else 0.0,
-    }
-
-
-def summarize(outcomes: Sequence[Outcome], facts: dict | None = None, max_details: int = 200) -> dict:
-    """The replay report (JSON-able) for any list of outcomes (e.g. merged from several tasks)."""
-    by_code: dict[str, dict] = {}
-    latencies = []
-    long_polls = []
-    mismatches = []
-    errors = Counter()
-    responses = 0
-    for o in outcomes:
-        entry = by_code.setdefault(
-            request_name(o.code), {"code": o.code, "count": 0, "responses": Counter(), "recorded": Counter(),
-                                   "mismatches": 0, "errors": 0}
-        )  # fmt: skip
-        entry["count"] += 1
-        if o.recorded_code is not None:
-            entry["recorded"][response_name(o.recorded_code)] += 1
-        if o.response_code is not None:
-            responses += 1
-            entry["responses"][response_name(o.response_code)] += 1
-            (long_polls if o.long_poll else latencies).append(o.latency_ms)
-        if o.error:
-            entry["errors"] += 1
-            errors[o.error] += 1
-        if o.mismatch:
-            entry["mismatches"] += 1
-            if len(mismatches) < max_details:
-                mismatches.append({
-                    "conn": o.conn_id, "request": request_name(o.code), "topic": o.topic, "remark": o.remark,
-                    "recorded": response_name(o.recorded_code), "got": response_name(o.response_code),
-                })  # fmt: skip
-    for entry in by_code.values():
-        entry["responses"] = dict(entry["responses"])
-        entry["recorded"] = dict(entry["recorded"])
-    sent = [o.sent for o in outcomes]
-    done = [o.done for o in outcomes if o.done is not None]
-    duration = (max(done) - min(sent)) if sent and done else 0.0
-    report = {
-        "requests": len(outcomes),
-        "responses": responses,
-        "errors": sum(errors.values()),
-        "error_kinds": dict(errors),
-        "mismatches": sum(e["mismatches"] for e in by_code.values()),
-        "mismatch_details": mismatches,
-        "by_code": dict(sorted(by_code.items(), key=lambda kv: -kv[1]["count"])),
-        "latency_ms": latency_summary(latencies),
-        "long_poll_latency_ms": latency_summary(long_polls),
-        "duration_s": duration,
-        "requests_per_s": len(outcomes) / duration if duration > 0 else 0.0,
-    }
-    if facts:
-        report.update({k: v for k, v in facts.items() if k != "duration_s"})
-        report["duration_s"] = facts.get("duration_s", duration)
-        if report["duration_s"]:
-            report["requests_per_s"] = len(outcomes) / report["duration_s"]
-    return report
+    Returns ``{topic: outcome}``: "created", or the target's refusal (e.g. a Java or rmqgate broker
+    refuses to create ``rmq_sys_*`` topics by admin request; a Java broker auto-creates them on send).
+    """
+    if not topics:
+        return {}
+    topic_map = topic_map or {}
+    if brokers is None:
+        brokers = await discover_brokers(target, timeout)
+    done: dict[str, str] = {}
+    ns = await open_connection(target, timeout=timeout)
+    try:
+        for old, queues in topics.items():
+            topic = topic_map.get(old, old)
+            lookup = RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
+            if (await call(ns, lookup, timeout)).code == ResponseCode.SUCCESS:
+                continue
+            ext = {"topic": topic, "defaultTopic": "TBW102", "readQueueNums": str(queues["readQueueNums"]),
+                   "writeQueueNums": str(queues["writeQueueNums"]), "perm": str(queues["perm"]),
+                   "topicFilterType": "SINGLE_TAG", "topicSysFlag": "0", "order": "false"}  # fmt: skip
+            refused = None
+            for addr in brokers.values():
+                conn = await open_connection(addr, timeout=timeout)
+                try:
+                    resp = await call(
+                        conn, RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_TOPIC, ext), timeout
+                    )
+                finally:
+                    conn.close()
+                if resp.code != ResponseCode.SUCCESS:
+                    refused = f"{response_name(resp.code)}: {resp.remark}"
+            if refused is not None:
+                done[topic] = refused
+                continue
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                if (await call(ns, lookup, timeout)).code == ResponseCode.SUCCESS:
+                    break
+                await asyncio.sleep(0.05)
+            done[topic] = "created"
+    finally:
+        ns.close()
+    return done
 
 
 async def replay_file(

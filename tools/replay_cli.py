@@ -12,7 +12,8 @@ import sys
 import time
 from collections.abc import Sequence
 
-from rmqgate.tools.replay import Outcome, ReplayOptions, replay_file
+from rmqgate.tools.replay import ReplayOptions, replay_file
+from rmqgate.tools.replay_report import Outcome
 from rmqgate.wire.codes import request_name
 
 

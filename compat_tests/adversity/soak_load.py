@@ -20,16 +20,9 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from rmqgate.tools.replay import (
-    Outcome,
-    Plan,
-    ReplayOptions,
-    discover_brokers,
-    latency_summary,
-    load_plan,
-    prepare_target,
-    replay_connections,
-)
+from rmqgate.tools.replay import ReplayOptions, discover_brokers, prepare_target, replay_connections
+from rmqgate.tools.replay_plan import Plan, load_plan
+from rmqgate.tools.replay_report import Outcome, latency_summary
 
 CORPUS = Path(os.environ.get("RMQGATE_CORPUS", Path(__file__).resolve().parents[3] / "shared" / "corpus"))
 #: Left out: i_LargeBody* (4 MiB bodies would make the soak a disk-fill test).

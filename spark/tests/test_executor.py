@@ -12,7 +12,8 @@ import pytest
 
 from rmqgate.spark.executor import OUTCOME_COLUMNS, ReplayUnit, run_task
 from rmqgate.tools.capture import Role
-from rmqgate.tools.replay import PlannedConnection, PlannedRequest, ReplayOptions, header_ext
+from rmqgate.tools.replay import ReplayOptions
+from rmqgate.tools.replay_plan import PlannedConnection, PlannedRequest, header_ext
 from rmqgate.wire.codes import RequestCode
 from rmqgate.wire.command import RemotingCommand
 from rmqgate.wire.frame import encode_frame

@@ -16,7 +16,7 @@ from rmqgate.spark import cli
 from rmqgate.spark.frames import rows_from_path
 from rmqgate.spark.job import JobError, JobOptions, check_java, probe_target, run_job
 from rmqgate.spark.plan import SEND_CODES, message_count
-from rmqgate.tools.replay import BROKER_ONLY_CODES
+from rmqgate.tools.replay_plan import BROKER_ONLY_CODES
 from rmqgate.wire.codes import RequestCode, ResponseCode
 from rmqgate.wire.command import RemotingCommand
 from rmqgate.wire.frame import decode_frame

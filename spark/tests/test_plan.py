@@ -17,7 +17,7 @@ from rmqgate.spark.plan import (
     route_bodies_from_rows,
 )
 from rmqgate.tools.capture import Role
-from rmqgate.tools.replay import PlannedConnection
+from rmqgate.tools.replay_plan import PlannedConnection
 from rmqgate.wire.codes import RequestCode
 from rmqgate.wire.fastjson import loads
 from rmqgate.wire.frame import decode_frame

@@ -16,19 +16,16 @@ from rmqgate.tools import replay_cli
 from rmqgate.tools.capture import CaptureWriter, Role
 from rmqgate.tools.fakecluster import FakeCluster, props
 from rmqgate.tools.proxy import RecordingProxy
-from rmqgate.tools.replay import (
-    Outcome,
+from rmqgate.tools.replay import ReplayOptions, replay_connections, replay_file
+from rmqgate.tools.replay_plan import (
     PlannedConnection,
     PlannedRequest,
-    ReplayOptions,
     header_ext,
     load_plan,
     patch_ext,
     patch_opaque,
-    replay_connections,
-    replay_file,
-    summarize,
 )
+from rmqgate.tools.replay_report import Outcome, summarize
 from rmqgate.wire.codes import LanguageCode, RequestCode, ResponseCode, SerializeType
 from rmqgate.wire.command import ONEWAY_FLAG, RESPONSE_FLAG, RemotingCommand
 from rmqgate.wire.frame import FrameDecoder, decode_frame, encode_frame
