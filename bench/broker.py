@@ -7,7 +7,7 @@ The server runs in its own process (``rmqgate serve``), the load generator here.
 
 Run: ``.venv/bin/python bench/broker.py [--connections 16] [--seconds 8] [--size 1024] [--rounds 2]``
 
-``--cpu N [--serialize rocketmq] [--profile FILE]`` measures instead the server's CPU time per message
+``--cpu N [--serialize rocketmq] [--profile FILE] [--event-loop asyncio uvloop]`` measures instead the server's CPU time per message
 (its process tree's utime + stime from /proc over N sync sends); ``--profile`` runs the first round's
 server under cProfile. On a shared machine other load still moves that figure (how many requests
 each event-loop round finds): ``--cpu N --in-process`` feeds the frames to a broker in this process
@@ -216,13 +216,17 @@ async def counted_sends(port: int, connections: int, count: int, size: int, seri
 
 def cpu_per_message(args: argparse.Namespace) -> None:
     """The broker process tree's CPU time (utime + stime from /proc) per sync send: less dependent on
-    what else runs on the machine than sends/s. With ``--profile`` the server runs under cProfile."""
+    what else runs on the machine than sends/s. With ``--profile`` the server runs under cProfile;
+    with several ``--event-loop``s each round runs one server per loop, one after the other."""
     serialize_type = SerializeType[args.serialize.upper()]
-    figures: list[float] = []
-    for n in range(args.rounds):
+    loops: list[str | None] = args.event_loop or [None]
+    all_figures: dict[str | None, list[float]] = {loop: [] for loop in loops}
+    for n, loop in ((n, loop) for n in range(args.rounds) for loop in loops):
+        figures = all_figures[loop]
         with tempfile.TemporaryDirectory(prefix="rmqgate-bench-") as tmp:
-            profile = args.profile if args.profile and n == 0 else None
-            srv = rmqgate_server(tmp, "ASYNC_FLUSH", args=(), profile=profile)
+            profile = args.profile if args.profile and n == 0 and loop == loops[0] else None
+            loop_args = ("--event-loop", loop) if loop else ()
+            srv = rmqgate_server(tmp, "ASYNC_FLUSH", args=loop_args, profile=profile)
             try:
                 asyncio.run(
                     counted_sends(
@@ -240,13 +244,15 @@ def cpu_per_message(args: argparse.Namespace) -> None:
         us = (user + system) / sent * 1e6
         if profile is None:
             figures.append(us)
-        print(f"round {n + 1}: {sent} sends in {t1 - t0:.2f} s ({sent / (t1 - t0):.0f}/s), server CPU "
+        print(f"round {n + 1}{f' ({loop})' if loop else ''}: {sent} sends in {t1 - t0:.2f} s ({sent / (t1 - t0):.0f}/s), server CPU "
               f"{user + system:.2f} s = {us:.1f} us/message (user {user / sent * 1e6:.1f}, system {system / sent * 1e6:.1f})"
               f"{' (under cProfile)' if profile else ''}", flush=True)  # fmt: skip
-    if figures:
-        print(f"\nserver CPU per sync {args.size} B SEND_MESSAGE_V2 ({args.serialize} header, {args.connections} "
-              f"connections): min {min(figures):.1f} us, median {statistics.median(figures):.1f} us over "
-              f"{len(figures)} rounds")  # fmt: skip
+    for loop, figures in all_figures.items():
+        if figures:
+            print(f"\nserver CPU per sync {args.size} B SEND_MESSAGE_V2 ({args.serialize} header, {args.connections} "
+                  f"connections{f', {loop}' if loop else ''}): min {min(figures):.1f} us, median "
+                  f"{statistics.median(figures):.1f} us over {len(figures)} rounds")  # fmt: skip
+    print(f"load average (1 min) {os.getloadavg()[0]:.2f} after")
     if args.profile:
         print(f"profile of round 1 in {args.profile}: .venv/bin/python -m pstats {args.profile}")
 
@@ -521,6 +527,12 @@ def main() -> None:
     ap.add_argument("--server-cpus", metavar="LIST", help="--brokers: run the servers on these CPUs (0-7)")
     ap.add_argument("--producer-cpus", metavar="LIST", help="--brokers: run the Producer JVMs on these CPUs")
     ap.add_argument("--warmup", type=float, default=5.0, help="--brokers: seconds before each window")
+    ap.add_argument(
+        "--event-loop",
+        nargs="+",
+        choices=("auto", "asyncio", "uvloop"),
+        help="with --cpu: the server's loop (serve --event-loop); several: one server per loop each round",
+    )
     ap.add_argument("--floor-server", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.brokers:
@@ -530,10 +542,13 @@ def main() -> None:
         run_floor_server()
         return
     if args.cpu and args.in_process:
-        figures = asyncio.run(in_process_sends(args))
-        print(f"in process, loop thread CPU per {args.size} B SEND_MESSAGE_V2 ({args.serialize} header): "
-              f"min {min(figures):.2f} us, median {statistics.median(figures):.2f} us over {len(figures)} "
-              f"rounds of {args.cpu}")  # fmt: skip
+        from rmqgate.server import eventloop
+
+        for loop in args.event_loop or [None]:
+            figures = eventloop.run(in_process_sends(args), loop or "asyncio")
+            print(f"in process{f' ({loop})' if loop else ''}, loop thread CPU per {args.size} B SEND_MESSAGE_V2 "
+                  f"({args.serialize} header): min {min(figures):.2f} us, median {statistics.median(figures):.2f} "
+                  f"us over {len(figures)} rounds of {args.cpu}")  # fmt: skip
         return
     if args.cpu:
         cpu_per_message(args)

@@ -15,7 +15,9 @@ asyncio floor with its own in-process load generator; here the load generator is
 tool, the baseline is a second server (two JVMs) and the figures are read from outside both.
 
 Run: ``.venv/bin/python bench/java_vs_rmqgate.py [--threads 4 16] [--seconds 20] [--warmup 10]
-[--rounds 2] [--size 1024]``; ``ROCKETMQ_HOME`` overrides the distribution (../shared/rocketmq-java).
+[--rounds 2] [--size 1024] [--event-loop asyncio uvloop]``; ``--event-loop`` with several loops runs one
+rmqgate per loop in each round (java, rmqgate asyncio, rmqgate uvloop, java ...); ``ROCKETMQ_HOME``
+overrides the distribution (../shared/rocketmq-java).
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from rmqgate.compat_tests import java
 from rmqgate.compat_tests.servers import ServerProcess
 from rmqgate.compat_tests.wire_client import WireClient, runtime_info, wait_until
 
+JAVA = "Java 4.9.8"
 TOPIC = "BenchJavaVsRmqgate"  # (BenchmarkTest, the tool's default, is a system topic)
 STATS_PERIOD = 10.0  # seconds between the producer's stats lines, each over the period before it
 _STATS = re.compile(
@@ -105,18 +108,20 @@ def start_java(workdir: Path) -> Target:
         for server in reversed(stops):
             server.stop()  # type: ignore[attr-defined]
         raise
-    return Target("Java 4.9.8", namesrv.addr, broker.addr, [namesrv.proc.pid, broker.proc.pid], stops)
+    return Target(JAVA, namesrv.addr, broker.addr, [namesrv.proc.pid, broker.proc.pid], stops)
 
 
-def start_rmqgate(workdir: Path) -> Target:
+def start_rmqgate(workdir: Path, event_loop: str | None = None) -> Target:
+    """``rmqgate serve``; ``event_loop``: its ``--event-loop`` (and the target is named after it)."""
     workdir.mkdir(parents=True)
-    server = ServerProcess(workdir)
+    server = ServerProcess(workdir, extra_args=("--event-loop", event_loop) if event_loop else ())
     try:
         server.wait_ready()
     except BaseException:
         server.stop()
         raise
-    return Target("rmqgate", server.namesrv, server.broker, [server.proc.pid], [server])
+    name = f"rmqgate {event_loop}" if event_loop else "rmqgate"
+    return Target(name, server.namesrv, server.broker, [server.proc.pid], [server])
 
 
 def create_topic(target: Target, queues: int = 4) -> None:
@@ -232,35 +237,29 @@ def report(runs: list[Run], args: argparse.Namespace) -> None:
           fmt(r.cpu_us_per_msg, 1), fmt(r.rss_mib, 1), fmt(r.anon_mib, 1), r.failed) for r in runs],
     )  # fmt: skip
     rows = []
+    gates = list(dict.fromkeys(r.server for r in runs if r.server != JAVA))
     for threads in args.threads:
-        java_runs = [r for r in runs if r.threads == threads and r.server != "rmqgate"]
-        gate_runs = [r for r in runs if r.threads == threads and r.server == "rmqgate"]
         figures = {}
-        for name, group in (("Java 4.9.8", java_runs), ("rmqgate", gate_runs)):
+        for name in (JAVA, *gates):
+            group = [r for r in runs if r.threads == threads and r.server == name]
             figures[name] = [
                 median(group, a) for a in ("tps", "avg_rt_ms", "cpu_us_per_msg", "rss_mib", "anon_mib")
             ]
             tps, rt, cpu, rss, anon = figures[name]
             rows.append((threads, name, fmt(tps), fmt(rt, 3), fmt(cpu, 1), fmt(rss, 1), fmt(anon, 1)))
-        ratios = [
-            g / j if j else float("nan")
-            for g, j in zip(figures["rmqgate"], figures["Java 4.9.8"], strict=True)
-        ]
-        rows.append((threads, "rmqgate / Java", *(fmt(x, 2) for x in ratios)))
+        for name in gates:
+            ratios = [g / j if j else float("nan") for g, j in zip(figures[name], figures[JAVA], strict=True)]
+            rows.append((threads, f"{name} / Java", *(fmt(x, 2) for x in ratios)))
     print(f"\nmedians of {args.rounds} round(s):")
     print_table(["threads", "server", "TPS", "avg RT ms", "CPU us/msg", "RSS MiB", "anon MiB"], rows)
     for threads in args.threads:
-        pairs = [
-            (j.tps, g.tps)
-            for j, g in zip(
-                [r for r in runs if r.threads == threads and r.server != "rmqgate"],
-                [r for r in runs if r.threads == threads and r.server == "rmqgate"],
-                strict=True,
+        java_tps = [r.tps for r in runs if r.threads == threads and r.server == JAVA]
+        for name in gates:
+            gate_tps = [r.tps for r in runs if r.threads == threads and r.server == name]
+            print(
+                f"{name} / Java TPS per round, {threads} threads: "
+                + ", ".join(f"{g / j:.2f}" for j, g in zip(java_tps, gate_tps, strict=True))
             )
-        ]
-        print(
-            f"rmqgate / Java TPS per round, {threads} threads: " + ", ".join(f"{g / j:.2f}" for j, g in pairs)
-        )
 
 
 def main() -> None:
@@ -270,6 +269,12 @@ def main() -> None:
     ap.add_argument("--warmup", type=float, default=10.0, help="seconds of each run before the window")
     ap.add_argument("--rounds", type=int, default=2, help="java, rmqgate pairs per thread count")
     ap.add_argument("--size", type=int, default=1024, help="message body bytes (-s)")
+    ap.add_argument(
+        "--event-loop",
+        nargs="+",
+        choices=("auto", "asyncio", "uvloop"),
+        help="rmqgate's loop (serve --event-loop); several: one rmqgate per loop in each round",
+    )
     args = ap.parse_args()
     reason = java.missing()
     if reason:
@@ -281,7 +286,8 @@ def main() -> None:
         targets: list[Target] = []
         try:
             targets.append(start_java(root / "java"))
-            targets.append(start_rmqgate(root / "rmqgate"))
+            for event_loop in args.event_loop or [None]:
+                targets.append(start_rmqgate(root / f"rmqgate-{event_loop or 'default'}", event_loop))
             for target in targets:
                 create_topic(target)
             for threads in args.threads:
@@ -298,7 +304,7 @@ def main() -> None:
         f"\njava_vs_rmqgate: stock benchmark Producer (sync {args.size} B sends, ROCKETMQ headers), "
         f"{args.warmup:g} s warm-up then {args.seconds:g} s measured per run, {args.rounds} alternating "
         f"round(s) per thread count.\nServers: Java = name server + broker JVMs (stock launchers, heap "
-        f"256m + 1g, ASYNC_FLUSH); rmqgate = `rmqgate serve` (both roles) + its index dispatcher, "
+        f"256m + 1g, ASYNC_FLUSH); rmqgate = `rmqgate serve` (both roles, --event-loop as named) + its index dispatcher, "
         f"ASYNC_FLUSH. TPS = messages the broker stored in the window; bench TPS / avg RT = the "
         f"producer's own lines; CPU = the server process tree's utime + stime per message; RSS "
         f"counts the mapped store files, anon does not."

@@ -212,6 +212,7 @@ class BrokerConfig(PropertiesConfig):
     notifyConsumerIdsChangedEnable: bool = True
     enablePropertyFilter: bool = False  # SQL92 subscriptions
     aclEnable: bool = False  # plain ACL (server/acl.py), read at start
+    eventLoop: str = "auto"  # rmqgate: auto | asyncio | uvloop (server/eventloop.py), read at start
     metricsPort: int = 0  # rmqgate: Prometheus /metrics served on this port (server/metrics.py); 0 = off
     filterSupportRetry: bool = False  # a retry topic's messages filtered by the original topic's SQL92
     channelExpiredTimeout: int = 120_000

@@ -14,7 +14,9 @@ import os
 import signal
 import sys
 
+from rmqgate.server import eventloop
 from rmqgate.server.config import BrokerConfig, ConfigError, NamesrvConfig, load_broker_conf
+from rmqgate.server.eventloop import EVENT_LOOPS
 
 log = logging.getLogger("rmqgate.server.main")
 
@@ -65,6 +67,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="run N broker processes of one cluster (<brokerName>-0..N-1, ports listenPort + 4*i, stores "
         "<store>/broker-<i>), restarted when they exit; auto = one per CPU (broker.conf brokerProcesses)",
     )
+    parser.add_argument(
+        "--event-loop",
+        choices=EVENT_LOOPS,
+        default=None,
+        help="asyncio's own loop or uvloop; auto = uvloop where installed (broker.conf eventLoop; default auto)",
+    )
     parser.add_argument("--log-level", default=os.environ.get("RMQGATE_LOG_LEVEL", "INFO"))
 
 
@@ -80,6 +88,8 @@ def build_config(args: argparse.Namespace) -> BrokerConfig:
         config.namesrvAddr = args.namesrv_addr
     if getattr(args, "metrics_port", None) is not None:
         config.metricsPort = args.metrics_port
+    if getattr(args, "event_loop", None):
+        config.eventLoop = args.event_loop
     config.storePathRootDir = os.path.expanduser(config.storePathRootDir)
     config.check_role()
     config.check_delay_levels()
@@ -104,6 +114,8 @@ def _child_args(args: argparse.Namespace) -> list[str]:
     out = ["--listen", args.listen, "--log-level", str(args.log_level)]
     if args.idle_timeout is not None:
         out += ["--idle-timeout", str(args.idle_timeout)]
+    if getattr(args, "event_loop", None):
+        out += ["--event-loop", args.event_loop]
     if getattr(args, "acl", None):
         out += ["--acl", os.path.abspath(args.acl)]
     return out
@@ -178,6 +190,7 @@ async def serve(args: argparse.Namespace, stop: asyncio.Event | None = None) -> 
                 config.brokerName, config.brokerClusterName, args.listen, broker.port,
                 config.storePathRootDir, config.namesrvAddr or "-",
             )  # fmt: skip
+        log.info("event loop: %s", eventloop.loop_name(loop))
         print("rmqgate ready: " + " ".join(parts), flush=True)
         await stop.wait()
         log.info("shutting down")
@@ -193,6 +206,18 @@ async def serve(args: argparse.Namespace, stop: asyncio.Event | None = None) -> 
             await namesrv_server.stop()
 
 
+def event_loop(args: argparse.Namespace) -> str:
+    """``asyncio`` or ``uvloop``: ``--event-loop``, else broker.conf's eventLoop (ConfigError for an
+    unknown name, or uvloop where it is not installed)."""
+    choice = getattr(args, "event_loop", None) or (
+        load_broker_conf(args.conf).eventLoop if args.conf else None
+    )
+    try:
+        return eventloop.resolve(choice)
+    except (ValueError, ImportError) as exc:
+        raise ConfigError(f"{exc}") from None
+
+
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=getattr(logging, str(args.log_level).upper(), logging.INFO),
@@ -200,7 +225,8 @@ def run(args: argparse.Namespace) -> int:
         stream=sys.stderr,
     )
     try:
-        return asyncio.run(serve(args))
+        choice = event_loop(args)
+        return eventloop.run(serve(args), choice)
     except ConfigError as exc:
         print(f"rmqgate serve: {exc}", file=sys.stderr)
         return 2

@@ -19,7 +19,7 @@ import itertools
 import logging
 import resource
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, ClassVar, NamedTuple, cast
 
 from rmqgate.wire.codes import ResponseCode, SerializeType, request_name
 from rmqgate.wire.command import ONEWAY_FLAG, RESPONSE_FLAG, RemotingCommand
@@ -206,8 +206,8 @@ class Channel(asyncio.Protocol):
 
     # --- asyncio.Protocol ------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # a stream transport; uvloop's does not derive from asyncio.Transport, so no isinstance check
+        self.transport = transport = cast(asyncio.Transport, transport)
         transport.set_write_buffer_limits(high=self._write_high_water)
         self.remote_addr = _addr(transport.get_extra_info("peername"))
         self.local_addr = _addr(transport.get_extra_info("sockname"))

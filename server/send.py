@@ -279,10 +279,15 @@ class SendMessageProcessor(RequestProcessor):
         result = self.store.put_message(msg)
         if answer_queue != result.queue_id:
             result = result._replace(queue_id=answer_queue)
-        if self.ha is not None and result.status is _PUT_OK and _wait_store_msg_ok(wait):
-            result = self.ha.handle_ha(result)  # SYNC_MASTER: answered once a slave has it
-        if result.durable is not None and result.status is _PUT_OK and _wait_store_msg_ok(wait):
-            return self._await_flush(request, result)
+        if (
+            result.status is _PUT_OK
+            and (self.ha is not None or result.durable is not None)
+            and _wait_store_msg_ok(wait)
+        ):
+            if self.ha is not None:
+                result = self.ha.handle_ha(result)  # SYNC_MASTER: answered once a slave has it
+            if result.durable is not None and result.status is _PUT_OK:
+                return self._await_flush(request, result)
         return self.response(request, result)
 
     def response(self, request: RemotingCommand, result: PutResult) -> RemotingCommand | bytes:

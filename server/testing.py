@@ -12,6 +12,7 @@ from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import Any
 
+from rmqgate.server import eventloop
 from rmqgate.server.broker import BrokerController
 from rmqgate.server.client import RemotingClient
 from rmqgate.server.config import BrokerConfig
@@ -24,14 +25,15 @@ from rmqgate.wire.message import MessageExt, decode_message, format_properties, 
 
 
 def async_test(fn: Callable[..., Coroutine[Any, Any, None]]) -> Callable[..., None]:
-    """Run an ``async def`` test in a fresh event loop (with a hard timeout)."""
+    """Run an ``async def`` test in a fresh event loop (with a hard timeout): asyncio's own, or the
+    one ``RMQGATE_TEST_EVENT_LOOP`` names (``uvloop``: the same tests under the other loop)."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> None:
         async def main() -> None:
             await asyncio.wait_for(fn(*args, **kwargs), 120)
 
-        asyncio.run(main())
+        eventloop.run(main(), os.environ.get("RMQGATE_TEST_EVENT_LOOP") or "asyncio")
 
     return wrapper
 
