@@ -29,8 +29,7 @@ run() {
   set -e
   cd "$repo"
   echo "== $(date -u +%FT%TZ) $(uname -srm)"
-  echo "nproc $(nproc); uptime:$(uptime)"
-  free -g | head -2
+  echo "nproc $(nproc); uptime: $(uptime 2>/dev/null || cat /proc/loadavg); $(grep MemTotal /proc/meminfo)"
   echo "python: $(command -v python3) $(python3 --version 2>&1)"
   echo "java on PATH before the bundle's: $(command -v java || echo none)"
   echo "taskset: $(command -v taskset || echo none)"
@@ -49,7 +48,7 @@ run() {
 tarfile.open(sys.argv[1]).extractall(sys.argv[2], **({"filter": "tar"} if hasattr(tarfile, "tar_filter") else {}))' \
       "$bundle/rocketmq.tar.xz" "$work"
   fi
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --disable-pip-version-check \
+  PIP_ROOT_USER_ACTION=ignore python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --disable-pip-version-check \
     --target "$work/site" "$WHEELS"/*.whl
   # rmqgate.<part> -> <folder> as pyproject's package-dir maps them, by links (nothing to build)
   python3 - "$repo" "$work/path/rmqgate" <<'EOF'
@@ -85,7 +84,7 @@ print("stock RocketMQ at", java.rocketmq_home(), "-", java.missing(compiler=Fals
   status=$?
   ((status == 124)) && echo "bench/broker.py stopped after BENCH_TIMEOUT=$BENCH_TIMEOUT s: the runs so far follow"
   python3 bench/device/report.py "$OUT/scaleout.csv" --out "$OUT" || status=1
-  echo "== $(date -u +%FT%TZ) done, status $status; uptime:$(uptime)"
+  echo "== $(date -u +%FT%TZ) done, status $status; load average $(cut -d' ' -f1-3 /proc/loadavg)"
   return "$status"
 }
 

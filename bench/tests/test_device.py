@@ -4,6 +4,7 @@ resolve every package pyproject declares, and the report reads broker.py's CSV r
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -172,3 +173,17 @@ def test_cpu_lists_parse_as_taskset_reads_them() -> None:
 
     assert _scaleout.parse_cpus("0-3,8,10-11") == {0, 1, 2, 3, 8, 10, 11}
     assert _scaleout.parse_cpus("5") == {5}
+
+
+def test_children_started_in_the_block_run_on_the_given_cpus() -> None:
+    import _scaleout
+
+    cpus = sorted(os.sched_getaffinity(0))
+    before = set(cpus)
+    probe = [sys.executable, "-c", "import os; print(sorted(os.sched_getaffinity(0)))"]
+    with _scaleout.children_on({cpus[-1]}):
+        inside = subprocess.run(probe, capture_output=True, text=True, check=True).stdout.strip()
+    after = subprocess.run(probe, capture_output=True, text=True, check=True).stdout.strip()
+    assert inside == str([cpus[-1]])
+    assert after == str(cpus)
+    assert os.sched_getaffinity(0) == before
