@@ -82,6 +82,10 @@ python3 -m pip download -q --no-deps --only-binary=:all: --python-version "$devi
   echo "built $(date -u +%FT%TZ) from $RMQ_DIST and $JDK"
   echo "jre modules: $(listed "$here/jre-modules" | paste -sd' ' -)"
   echo "jars: $(listed "$here/jars" | wc -l)"
+  if command -v objdump >/dev/null; then
+    echo "the runtime needs glibc >= $(find "$home/jre" -name '*.so' -o -path '*/bin/*' -type f | xargs objdump -T 2>/dev/null |
+      grep -o 'GLIBC_[0-9.]*' | sort -uV | tail -1 | cut -d_ -f2)"
+  fi
   echo "wheels: $(cd "$out/wheels" && ls | paste -sd' ' -)"
 } >"$out/MANIFEST"
 

@@ -66,7 +66,12 @@ EOF
   export PYTHONPATH=$work/site:$work/path PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
   export ROCKETMQ_HOME=$work/rocketmq JAVA=$work/rocketmq/jre/bin/java
   export PATH=$work/rocketmq/jre/bin:$PATH
-  echo "java: $(command -v java): $("$JAVA" -version 2>&1 | head -1)"
+  if ! "$JAVA" -version >/dev/null 2>&1; then
+    echo "the bundled java does not run here (glibc $(getconf GNU_LIBC_VERSION 2>/dev/null)):" >&2
+    "$JAVA" -version
+    return 3
+  fi
+  echo "java: $(command -v java): $("$JAVA" -version 2>&1 | head -1); $(getconf GNU_LIBC_VERSION 2>/dev/null)"
   python3 -c 'import construct, lmdb, zstandard; from rmqgate.server import broker
 from rmqgate.compat_tests import java
 print("rmqgate from", broker.__file__, "- construct", construct.__version__, "lmdb", lmdb.__version__,
