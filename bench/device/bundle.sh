@@ -2,9 +2,9 @@
 # Builds build/device/, what bench/device/scaleout.sh needs on the lent device machine (no Java, no
 # network there): rocketmq.tar.xz, a ROCKETMQ_HOME layout of the stock 4.9.8 launchers (bin/), conf/,
 # the jars in bench/device/jars (lib/) and a Java runtime jlinked from the modules in
-# bench/device/jre-modules (jre/); and wheels/, cp312 manylinux wheels of the compiled dependencies
-# (pyproject's construct, lmdb, zstandard) that the device's python3 lacks. Checks that it and the
-# repository's files stay under the device's 64 MiB.
+# bench/device/jre-modules (jre/); and wheels/, cp312 manylinux wheels of pyproject's construct, lmdb,
+# zstandard (missing there) and uvloop (there, but at a version not ours to choose). Checks that it and
+# the repository's files stay under the device's 64 MiB.
 #
 #   bench/device/bundle.sh      (make device-bundle)
 #
@@ -37,7 +37,7 @@ import tomllib
 
 with open(sys.argv[1], "rb") as f:
     deps = tomllib.load(f)["project"]["dependencies"]
-print("\n".join(d for d in deps if re.match(r"(construct|lmdb|zstandard)\b", d, re.IGNORECASE)))
+print("\n".join(d for d in deps if re.match(r"(construct|lmdb|zstandard|uvloop)\b", d, re.IGNORECASE)))
 EOF
 )
 
