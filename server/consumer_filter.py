@@ -227,8 +227,12 @@ class ConsumerFilterManager:
         rows = list(table.items(CONSUMER_FILTER))
         for topic, row in rows:
             groups = row.get("groupFilterData") if isinstance(row, dict) else None
-            for group, raw in (groups or {}).items():
+            if not isinstance(groups, dict):
+                log.error("load filter data error, topic %s: %.200r", topic, row)
+                continue
+            for group, raw in groups.items():
                 if not isinstance(raw, dict):
+                    log.error("load filter data error, %s@%s: %.200r", group, topic, raw)
                     continue
                 if not _valid_bloom(raw.get("bloomFilterData")):
                     log.info("Bloom filter is changed! So ignore all filter data persisted! %s", raw)
@@ -239,7 +243,7 @@ class ConsumerFilterManager:
                 if data is not None:
                     loaded.setdefault(topic, {})[group] = data
         self.by_topic = loaded
-        for topic in loaded:
+        for topic, _ in rows:  # (rewritten as loaded: a row holding nothing loadable is removed)
             self._persist(topic)
         self.clean(now)
 
@@ -335,13 +339,23 @@ class ConsumerFilterManager:
         self._maybe_clean()
 
 
+def _java_long(value: Any) -> int:
+    """A persisted long (0 when absent); ValueError or OverflowError when it is no Java long."""
+    n = int(value or 0)
+    if not -(1 << 63) <= n < 1 << 63:
+        raise ValueError(f"{n} is out of a long's range")
+    return n
+
+
 def _from_row(topic: str, group: str, raw: dict[str, Any], now: int) -> ConsumerFilterData | None:
     """A persisted ConsumerFilterData, compiled again (None when it no longer compiles or is not one)."""
     try:
+        if raw.get("expression") is None:
+            raise KeyError("expression")
         expression, expression_type = str(raw["expression"]), str(raw.get("expressionType") or "")
-        born, dead = int(raw.get("bornTime") or 0), int(raw.get("deadTime") or 0)
-        version = int(raw.get("clientVersion") or 0)
-    except (KeyError, TypeError, ValueError):
+        born, dead = _java_long(raw.get("bornTime")), _java_long(raw.get("deadTime"))
+        version = _java_long(raw.get("clientVersion"))
+    except (KeyError, TypeError, ValueError, OverflowError):
         log.error("load filter data error, %s", raw)
         return None
     if is_tag_type(expression_type):

@@ -64,29 +64,44 @@ def _dump(obj: Any) -> str:
     return fastjson.dumps(obj, quoted_keys=False, pretty=True).decode("utf-8")
 
 
+def _filter_groups(by_topic: Any) -> dict[str, dict[str, Any]]:
+    """A FilterDataMapByTopic's groups that are objects (anything else in the file is passed over)."""
+    groups = by_topic.get("groupFilterData") if isinstance(by_topic, dict) else None
+    if not isinstance(groups, dict):
+        return {}
+    return {str(g): data for g, data in groups.items() if isinstance(data, dict)}
+
+
 def _filter_rows(data: Any) -> dict[str, Any]:
     """consumerFilter.json's filterDataByTopic as the metadata's rows: topic -> FilterDataMapByTopic
     (each group's ConsumerFilterData as the file has it; the broker checks them when it loads)."""
     rows: dict[str, Any] = {}
     table = data.get("filterDataByTopic") if isinstance(data, dict) else None
     for topic, by_topic in (table if isinstance(table, dict) else {}).items():
-        groups = by_topic.get("groupFilterData") if isinstance(by_topic, dict) else None
-        if isinstance(groups, dict):
-            rows[str(topic)] = {"groupFilterData": groups, "topic": by_topic.get("topic", topic)}
+        if isinstance(by_topic, dict) and isinstance(by_topic.get("groupFilterData"), dict):
+            rows[str(topic)] = {"groupFilterData": _filter_groups(by_topic), "topic": str(topic)}
     return rows
 
 
+def _bit_positions(positions: Any) -> Any:
+    """bitPos as an int[] (one line, as fastjson writes it) when it is one, else as it is."""
+    if isinstance(positions, list) and all(type(p) is int and -(1 << 31) <= p < 1 << 31 for p in positions):
+        return array.array("i", positions)
+    return positions
+
+
 def _filter_file(rows: dict[str, Any]) -> dict[str, Any]:
-    """The rows as ConsumerFilterManager's JSON: each bitPos an int[] (one line, as fastjson's)."""
+    """The rows as ConsumerFilterManager's JSON (a row holding no group's data is left out)."""
     out: dict[str, Any] = {}
     for topic, row in rows.items():
-        groups = {}
-        for group, data in (row.get("groupFilterData") or {}).items():
+        groups = _filter_groups(row)
+        for group, data in groups.items():
             bloom = data.get("bloomFilterData")
-            if isinstance(bloom, dict) and isinstance(bloom.get("bitPos"), list):
-                data = {**data, "bloomFilterData": {**bloom, "bitPos": array.array("i", bloom["bitPos"])}}
-            groups[group] = data
-        out[topic] = {"groupFilterData": groups, "topic": row.get("topic", topic)}
+            if isinstance(bloom, dict) and "bitPos" in bloom:
+                bloom = {**bloom, "bitPos": _bit_positions(bloom["bitPos"])}
+                groups[group] = {**data, "bloomFilterData": bloom}
+        if groups:
+            out[topic] = {"groupFilterData": groups, "topic": topic}
     return {"filterDataByTopic": out}
 
 
@@ -144,7 +159,7 @@ def export_config(meta: LmdbMetaStore, config_dir: Path) -> dict[str, int]:
     filters = dict(meta.items(CONSUMER_FILTER))
     string2file(_dump(_filter_file(filters)), d / CONSUMER_FILTER_JSON)
     return {
-        CONSUMER_FILTER_JSON: sum(len(r.get("groupFilterData") or {}) for r in filters.values()),
+        CONSUMER_FILTER_JSON: sum(len(_filter_groups(r)) for r in filters.values()),
         TOPICS_JSON: len(topics),
         SUBSCRIPTION_GROUP_JSON: len(groups),
         CONSUMER_OFFSET_JSON: len(offsets),

@@ -343,6 +343,42 @@ def test_persisted_filter_data_of_another_bloom_filter_is_ignored(tmp_path: Path
         meta.close()
 
 
+_BAD_ROWS = {
+    "row not an object": [1, 2],
+    "groups not an object": {"groupFilterData": [1]},
+    "group not an object": {"groupFilterData": {"G": 5}},
+    "bornTime infinite": {"groupFilterData": {"G": {"bornTime": 1e400}}},
+    "bornTime past a long": {"groupFilterData": {"G": {"bornTime": 1 << 70}}},
+    "clientVersion a list": {"groupFilterData": {"G": {"clientVersion": [1]}}},
+    "expression missing": {"groupFilterData": {"G": {"expression": None}}},
+    "expression does not compile": {"groupFilterData": {"G": {"expression": "(" * 3000 + "a > 1"}}},
+}
+
+
+@pytest.mark.parametrize("bad", list(_BAD_ROWS))
+def test_unreadable_persisted_filter_data_is_passed_over(tmp_path: Path, bad: str) -> None:
+    """A row that is not a FilterDataMapByTopic, or a group's data that does not load, is dropped
+    (logged) while the other topics load; the table then holds what was loaded."""
+    meta = LmdbMetaStore(tmp_path / "meta")
+    try:
+        m = ConsumerFilterManager()
+        m.load(meta)
+        m.register("T1", "G", "a > 5", "SQL92", 10)
+        m.register("T2", "G", "a > 5", "SQL92", 10)
+        good = meta.get(CONSUMER_FILTER, "T2")["groupFilterData"]["G"]
+        row = _BAD_ROWS[bad]
+        if isinstance(row, dict) and isinstance(row["groupFilterData"], dict):
+            row = {"groupFilterData": {g: d if not isinstance(d, dict) else {**good, **d}
+                                       for g, d in row["groupFilterData"].items()}}  # fmt: skip
+        meta.put(CONSUMER_FILTER, "T2", row)
+        again = ConsumerFilterManager()
+        again.load(meta)
+        assert set(again.by_topic) == {"T1"} and again.get("T1", "G").dead
+        assert [t for t, _ in meta.items(CONSUMER_FILTER)] == ["T1"]
+    finally:
+        meta.close()
+
+
 def test_pull_without_compiled_filter_data_delivers_everything() -> None:
     assert build("T", "G", "a = NULL", "SQL92", 1) is None
     assert build("T", "G", "TagA", "TAG", 1) is None
