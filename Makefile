@@ -47,6 +47,9 @@ setup: $(STAMP) $(CLIENTS)/.installed
 	@command -v tshark >/dev/null 2>&1 || { \
 	  echo "installing tshark (the Wireshark dissector's tests)"; \
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq tshark) ; }
+	@command -v strace >/dev/null 2>&1 || { \
+	  echo "installing strace (the metadata store's no-fsync-per-commit test)"; \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq strace) ; }
 
 serve: $(SERVE_STAMP)
 	$(BIN)/rmqgate serve $(SERVE_ARGS)

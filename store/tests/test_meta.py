@@ -288,7 +288,7 @@ def test_commits_are_not_fsynced_one_by_one(tmp_path: Path) -> None:
     them."""
     strace = shutil.which("strace")
     if strace is None:
-        pytest.skip("strace is not installed")
+        pytest.skip("strace is not installed (make setup installs it)")
     code = (
         "import os, sys; from pathlib import Path; from rmqgate.store.meta import LmdbMetaStore, TOPICS\n"
         "m = LmdbMetaStore(Path(sys.argv[1]))\n"
