@@ -57,6 +57,16 @@ CASES = [
     ),
     (
         "broker.py",
+        ["--cpu", "200", "--rounds", "1", "--connections", "2", "--event-loop", "asyncio", "uvloop"],
+        [
+            "round 1 (asyncio):",
+            "round 1 (uvloop):",
+            "2 connections, asyncio): min",
+            "2 connections, uvloop): min",
+        ],
+    ),
+    (
+        "broker.py",
         ["--cpu", "200", "--in-process", "--rounds", "2", "--serialize", "rocketmq"],
         ["in process, loop thread CPU per 1024 B SEND_MESSAGE_V2 (rocketmq header): min"],
     ),
@@ -97,7 +107,7 @@ NEEDS_JAVA = {"java_vs_rmqgate.py"}
 
 
 def _case_id(script: str, args: list[str]) -> str:
-    for flag in ("--in-process", "--cpu", "--brokers"):
+    for flag in ("--in-process", "--event-loop", "--cpu", "--brokers"):
         if flag in args:
             return script + "-" + flag[2:]
     return script
