@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The scale-out curve in one call on a lent 16-core device machine (no Java, no network there):
-# `bash bench/device/scaleout.sh` with carry ["build/device"] (make device-bundle builds it).
+# The scale-out curve in one run on a 16-core machine without Java or a network: copy build/device/
+# (make device-bundle builds it) beside this checkout, then `bash bench/device/scaleout.sh`.
 # Unpacks build/device/rocketmq.tar.xz (the stock 4.9.8 launchers, jars and a jlinked JRE), installs
 # its wheels into a temporary folder, makes this checkout importable as rmqgate (pyproject's
 # package-dir, no install), then runs bench/broker.py --brokers 1 2 4 8 next to the stock Java broker.
@@ -8,7 +8,7 @@
 # where matplotlib is installed, scaleout.png (aggregate sends/s against N, with 0.8 x N x one broker).
 #
 # Knobs (environment): BROKERS ("1 2 4 8"), ROUNDS (2), WARMUP (8 s), WINDOW (20 s), THREADS (8 per
-# Producer JVM), BENCH_TIMEOUT (480 s for the bench, so the call ends inside the device's 10 minutes),
+# Producer JVM), BENCH_TIMEOUT (480 s for the bench, so the whole run ends inside 10 minutes),
 # SERVER_CPUS / PRODUCER_CPUS (taskset lists pinning the servers / the Producer JVMs; default: unpinned),
 # DEVICE_BUNDLE (build/device), WHEELS (its wheels/: another python's, for a rehearsal elsewhere).
 set -uo pipefail
@@ -34,7 +34,7 @@ run() {
   echo "java on PATH before the bundle's: $(command -v java || echo none)"
   echo "taskset: $(command -v taskset || echo none)"
   if [[ ! -f $bundle/rocketmq.tar.xz ]]; then
-    echo "no $bundle/rocketmq.tar.xz: run make device-bundle and carry build/device" >&2
+    echo "no $bundle/rocketmq.tar.xz: run make device-bundle and copy build/device here" >&2
     return 2
   fi
   cat "$bundle/MANIFEST"
