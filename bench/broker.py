@@ -283,18 +283,22 @@ def scale_out(args: argparse.Namespace) -> None:
         for round_no in range(1, args.rounds + 1):
             for n in ["java", *args.brokers]:
                 workdir = root / f"r{round_no}-{n}"
-                if n == "java":
-                    target = jvr.start_java(workdir)
-                    target.name = "Java 4.9.8, 1 broker"
-                    jvr.create_topic(target)
-                else:
-                    workdir.mkdir(parents=True)
-                    server = ServerProcess(
-                        workdir, extra_args=("--brokers", str(n), "--log-level", "WARNING")
-                    )
-                    server.wait_ready()
-                    target = ClusterTarget(server, int(n), jvr.TOPIC)
+                stop: Callable[[], object] | None = None  # (also when a start or the topic fails)
                 try:
+                    if n == "java":
+                        target = jvr.start_java(workdir)
+                        stop = target.stop
+                        target.name = "Java 4.9.8, 1 broker"
+                        jvr.create_topic(target)
+                    else:
+                        workdir.mkdir(parents=True)
+                        server = ServerProcess(
+                            workdir, extra_args=("--brokers", str(n), "--log-level", "WARNING")
+                        )
+                        stop = server.stop
+                        server.wait_ready()
+                        target = ClusterTarget(server, int(n), jvr.TOPIC)
+                        stop = target.stop
                     run = _scaleout.measure(
                         target,
                         brokers=1 if n == "java" else int(n),
@@ -304,7 +308,8 @@ def scale_out(args: argparse.Namespace) -> None:
                         producer_cpus=producer_cpus,
                     )
                 finally:
-                    target.stop()
+                    if stop is not None:
+                        stop()
                     shutil.rmtree(workdir, ignore_errors=True)  # eight brokers' stores fill a disk
                 runs.append(run)
                 if csv_path is not None:
