@@ -326,13 +326,19 @@ def test_filter_data_persisted_and_reloaded_as_java_decodes_it(tmp_path: Path) -
         meta.close()
 
 
+def _two_topics_persisted(path: Path) -> LmdbMetaStore:
+    """A metadata store holding group G's filter data ``a > 5`` on topics T1 and T2."""
+    meta = LmdbMetaStore(path)
+    m = ConsumerFilterManager()
+    m.load(meta)
+    m.register("T1", "G", "a > 5", "SQL92", 10)
+    m.register("T2", "G", "a > 5", "SQL92", 10)
+    return meta
+
+
 def test_persisted_filter_data_of_another_bloom_filter_is_ignored(tmp_path: Path) -> None:
-    meta = LmdbMetaStore(tmp_path / "meta")
+    meta = _two_topics_persisted(tmp_path / "meta")
     try:
-        m = ConsumerFilterManager()
-        m.load(meta)
-        m.register("T1", "G", "a > 5", "SQL92", 10)
-        m.register("T2", "G", "a > 5", "SQL92", 10)
         row = meta.get(CONSUMER_FILTER, "T2")
         row["groupFilterData"]["G"]["bloomFilterData"]["bitNum"] = 64  # another filter's size
         meta.put(CONSUMER_FILTER, "T2", row)
@@ -359,12 +365,8 @@ _BAD_ROWS = {
 def test_unreadable_persisted_filter_data_is_passed_over(tmp_path: Path, bad: str) -> None:
     """A row that is not a FilterDataMapByTopic, or a group's data that does not load, is dropped
     (logged) while the other topics load; the table then holds what was loaded."""
-    meta = LmdbMetaStore(tmp_path / "meta")
+    meta = _two_topics_persisted(tmp_path / "meta")
     try:
-        m = ConsumerFilterManager()
-        m.load(meta)
-        m.register("T1", "G", "a > 5", "SQL92", 10)
-        m.register("T2", "G", "a > 5", "SQL92", 10)
         good = meta.get(CONSUMER_FILTER, "T2")["groupFilterData"]["G"]
         row = _BAD_ROWS[bad]
         if isinstance(row, dict) and isinstance(row["groupFilterData"], dict):
