@@ -263,7 +263,13 @@ def topic_list(output: str, ctx: Ctx) -> list[str]:
 
 
 #: rmqgate's own broker.conf keys (reported, so mqadmin can read and update them; Java has none)
-RMQGATE_KEYS = {"indexDispatchProcess", "commitLogWarmAhead", "channelExpiredTimeout", "metricsPort"}
+RMQGATE_KEYS = {
+    "indexDispatchProcess",
+    "commitLogWarmAhead",
+    "channelExpiredTimeout",
+    "metricsPort",
+    "eventLoop",
+}
 #: keys of a path rmqgate does not have: no ROCKETMQ_HOME, and updateNamesrvConfig is not persisted
 NO_SUCH_PATH = {"rocketmqHome", "configStorePath"}
 
