@@ -13,7 +13,6 @@ from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 EVENT_LOOPS = ("auto", "asyncio", "uvloop")
-EVENT_LOOP_KEY = "eventLoop"  # broker.conf key (an rmqgate extension)
 _T = TypeVar("_T")
 
 
