@@ -125,7 +125,9 @@ def _advertised(host: str) -> str:
     return "127.0.0.1" if host in ("0.0.0.0", "", "::") else host
 
 
-async def serve(args: argparse.Namespace, stop: asyncio.Event | None = None) -> int:
+async def serve(
+    args: argparse.Namespace, stop: asyncio.Event | None = None, config: BrokerConfig | None = None
+) -> int:
     from rmqgate.server.namesrv import NamesrvController
     from rmqgate.server.remoting import DEFAULT_IDLE_TIMEOUT, RemotingServer
 
@@ -134,7 +136,7 @@ async def serve(args: argparse.Namespace, stop: asyncio.Event | None = None) -> 
     for sig in (signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
             loop.add_signal_handler(sig, stop.set)
-    config = build_config(args)
+    config = config or build_config(args)
     processes = broker_processes(args, config)
     parts = []
     namesrv = namesrv_server = broker = supervisor = None
@@ -206,14 +208,11 @@ async def serve(args: argparse.Namespace, stop: asyncio.Event | None = None) -> 
             await namesrv_server.stop()
 
 
-def event_loop(args: argparse.Namespace) -> str:
-    """``asyncio`` or ``uvloop``: ``--event-loop``, else broker.conf's eventLoop (ConfigError for an
-    unknown name, or uvloop where it is not installed)."""
-    choice = getattr(args, "event_loop", None) or (
-        load_broker_conf(args.conf).eventLoop if args.conf else None
-    )
+def event_loop(config: BrokerConfig) -> str:
+    """``asyncio`` or ``uvloop`` for the config's eventLoop (``--event-loop`` over broker.conf's, as
+    build_config sets it); ConfigError for an unknown name, or uvloop where it is not installed."""
     try:
-        return eventloop.resolve(choice)
+        return eventloop.resolve(config.eventLoop)
     except (ValueError, ImportError) as exc:
         raise ConfigError(f"{exc}") from None
 
@@ -225,8 +224,8 @@ def run(args: argparse.Namespace) -> int:
         stream=sys.stderr,
     )
     try:
-        choice = event_loop(args)
-        return eventloop.run(serve(args), choice)
+        config = build_config(args)
+        return eventloop.run(serve(args, config=config), event_loop(config))
     except ConfigError as exc:
         print(f"rmqgate serve: {exc}", file=sys.stderr)
         return 2

@@ -15,7 +15,7 @@ from rmqgate.compat_tests.servers import ServerProcess
 from rmqgate.compat_tests.wire_client import WireClient
 from rmqgate.server import eventloop
 from rmqgate.server.config import ConfigError
-from rmqgate.server.main import add_arguments, event_loop
+from rmqgate.server.main import add_arguments, build_config, event_loop
 from rmqgate.server.testing import LocalBroker, async_test, pull_cmd, send_v2
 from rmqgate.wire.codes import ResponseCode, SerializeType
 from rmqgate.wire.message import iter_messages
@@ -80,12 +80,14 @@ def _args(*argv: str) -> argparse.Namespace:
 def test_conf_key_and_flag(tmp_path: Path) -> None:
     conf = tmp_path / "broker.conf"
     conf.write_text("brokerName=b\neventLoop=asyncio\n")
-    assert event_loop(_args("--conf", str(conf))) == "asyncio"
-    assert event_loop(_args()) == eventloop.resolve("auto")
+    assert event_loop(build_config(_args("--conf", str(conf)))) == "asyncio"
+    assert event_loop(build_config(_args())) == eventloop.resolve("auto")
     conf.write_text("eventLoop=tokio\n")
     with pytest.raises(ConfigError, match="tokio"):
-        event_loop(_args("--conf", str(conf)))
-    assert event_loop(_args("--conf", str(conf), "--event-loop", "asyncio")) == "asyncio"  # the flag wins
+        event_loop(build_config(_args("--conf", str(conf))))
+    assert (
+        event_loop(build_config(_args("--conf", str(conf), "--event-loop", "asyncio"))) == "asyncio"
+    )  # the flag wins
 
 
 @needs_uvloop
