@@ -144,13 +144,10 @@ class TimedProcessor(RequestProcessor):
             histogram = self.histogram
             histogram.counts[bisect_left(BUCKETS, elapsed)] += 1
             histogram.total += elapsed
-            ext = request.ext_fields
-            if ext is not None:
-                key = ext.get("b") or ext.get("topic") or ""  # (SEND_MESSAGE_V2's short names)
-                sizes = self.topic_bytes
-                sizes[key] = sizes.get(key, 0) + len(request.body or b"")
+            self._count_send(request)
             return result
-        if kind is bytes or kind is RemotingCommand:
+        # (isinstance: a decoded command answered with may be a LayoutCommand)
+        if kind is bytes or kind is RemotingCommand or isinstance(result, RemotingCommand):
             self.histogram.observe(perf_counter() - start)
         elif kind is Pending:
             result.future.add_done_callback(lambda _: self.histogram.observe(perf_counter() - start))
@@ -169,21 +166,26 @@ class TimedProcessor(RequestProcessor):
         return result
 
     def _count(self, request: RemotingCommand, result: Any) -> None:
-        ext = request.ext_fields
-        if ext is None:
-            return
         if self.pull:
-            if type(result) is not RemotingCommand or result.code != ResponseCode.SUCCESS or not result.body:
+            if (
+                not isinstance(result, RemotingCommand)
+                or result.code != ResponseCode.SUCCESS
+                or not result.body
+            ):
                 return
-            pair = (str(ext.get("topic")), str(ext.get("consumerGroup")))
+            pair = (str(request.ext_field("topic")), str(request.ext_field("consumerGroup")))
             groups = self.group_bytes
             groups[pair] = groups.get(pair, 0) + len(result.body)
             return
-        if type(result) is RemotingCommand and result.code != ResponseCode.SUCCESS:
-            return
-        key = ext.get("b") or ext.get("topic") or ""
-        sizes = self.topic_bytes
-        sizes[key] = sizes.get(key, 0) + len(request.body or b"")
+        if not isinstance(result, RemotingCommand) or result.code == ResponseCode.SUCCESS:
+            self._count_send(request)
+
+    def _count_send(self, request: RemotingCommand) -> None:
+        # (SEND_MESSAGE_V2's short names; ext_field leaves a LayoutCommand's map unbuilt)
+        key = request.ext_field("b") or request.ext_field("topic")
+        if key is not None:
+            sizes = self.topic_bytes
+            sizes[key] = sizes.get(key, 0) + len(request.body or b"")
 
 
 @dataclass

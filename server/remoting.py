@@ -338,7 +338,8 @@ class Channel(asyncio.Protocol):
             return
         if result is None:
             return
-        if kind is RemotingCommand:
+        # a decoded command may be a subclass (LayoutCommand): a processor answering with its request
+        if kind is RemotingCommand or isinstance(result, RemotingCommand):
             if not cmd.flag & ONEWAY_FLAG:
                 self.send_response(result)
             return

@@ -31,7 +31,7 @@ from rmqgate.store.api import PutMessageStatus, PutResult
 from rmqgate.store.clean import disk_util
 from rmqgate.wire.codes import LanguageCode, MQVersion, RequestCode, ResponseCode, SerializeType
 from rmqgate.wire.command import BROKER_VERSION, RESPONSE_FLAG, RemotingCommand
-from rmqgate.wire.errors import HeaderFieldError, MessageFormatError
+from rmqgate.wire.errors import MessageFormatError
 from rmqgate.wire.header import parse_java_int
 from rmqgate.wire.headers import SendMessageRequestHeader
 from rmqgate.wire.layout import EXT_VALUE_LENGTH, FRAME_PREFIX
@@ -56,8 +56,6 @@ if TYPE_CHECKING:
     from rmqgate.server.broker import BrokerController
 
 FAQ = "\nSee http://rocketmq.apache.org/docs/faq/ for further details."
-_from_v2 = SendMessageRequestHeader.from_ext_v2
-_from_v1 = SendMessageRequestHeader.from_ext
 _V1 = RequestCode.SEND_MESSAGE
 _BATCH = RequestCode.SEND_BATCH_MESSAGE
 _MULTI_TAGS = MessageSysFlag.MULTI_TAGS
@@ -74,6 +72,9 @@ _pack_value_len = EXT_VALUE_LENGTH.pack
 _EXT_MSG_ID, _EXT_QUEUE_ID, _EXT_QUEUE_OFFSET = (
     encode_ext_fields({key: ""})[: -EXT_VALUE_LENGTH.size] for key in ("msgId", "queueId", "queueOffset")
 )
+# a value's length field for each length a SEND_OK value can have (an offsetMsgId is at most 56
+# characters: an IPv6 store host and port in hex, and the offset's 16)
+_VALUE_LENGTHS = tuple(_pack_value_len(n) for n in range(64))
 _OPAQUE_SLOT = 0x7FFFFFF1  # an opaque no template field holds
 
 
@@ -185,14 +186,23 @@ class SendMessageProcessor(RequestProcessor):
         self.max_message_size = broker.config.maxMessageSize
         self.ha = broker.ha_service if broker.config.brokerRole == "SYNC_MASTER" else None
         self._json_ok = _json_send_ok_template(self.region, self.trace_on)
-        # the ROCKETMQ answer's extFields entries after queueOffset, in encode_rocketmq_header's order
-        self._rocketmq_ok_tail = encode_ext_fields({"MSG_REGION": self.region, "TRACE_ON": self.trace_on})
+        # the ROCKETMQ answer's extFields entries in encode_rocketmq_header's order, with %-slots for
+        # each value's length field and msgId (prefix, offset), queueId and queueOffset
+        tail = encode_ext_fields({"MSG_REGION": self.region, "TRACE_ON": self.trace_on})
+        self._rocketmq_ok = b"".join(
+            (
+                _EXT_MSG_ID,
+                b"%b%b%016X",
+                _EXT_QUEUE_ID,
+                b"%b%b",
+                _EXT_QUEUE_OFFSET,
+                b"%b%b",
+                tail.replace(b"%", b"%%"),
+            )
+        )
 
     def process(self, channel: Channel, request: RemotingCommand) -> Any:
-        ext = request.ext_fields
-        if ext is None:
-            raise HeaderFieldError("SendMessageRequestHeader: the request has no extFields")
-        h = _from_v1(ext) if request.code == _V1 else _from_v2(ext)
+        h = request.decode_custom_header(SendMessageRequestHeader, request.code != _V1)
         topic = h.topic
         tc = self.topic_table.get(topic)
         if (
@@ -292,30 +302,30 @@ class SendMessageProcessor(RequestProcessor):
 
     def response(self, request: RemotingCommand, result: PutResult) -> RemotingCommand | bytes:
         status = result.status
-        if status is _PUT_OK and request.serialize_type == _JSON and result.msg_ids is None and self._json_ok:
-            # the common answer, encoded in one step: what encode_json_header writes for it
-            head = self._json_ok % (
-                result.msg_id_prefix,
-                result.physical_offset,
-                result.queue_id,
-                result.queue_offset,
-                request.opaque,
-            )
-            return _pack_frame_prefix(4 + len(head), len(head)) + head
-        if status is _PUT_OK and result.msg_ids is None and result.msg_id_prefix:
-            # the same answer with a ROCKETMQ header: what encode_rocketmq_header writes for it
-            msg_id = b"%s%016X" % (result.msg_id_prefix, result.physical_offset)
-            queue_id = b"%d" % result.queue_id
-            queue_offset = b"%d" % result.queue_offset
-            ext = b"".join(
-                (
-                    _EXT_MSG_ID, _pack_value_len(len(msg_id)), msg_id,
-                    _EXT_QUEUE_ID, _pack_value_len(len(queue_id)), queue_id,
-                    _EXT_QUEUE_OFFSET, _pack_value_len(len(queue_offset)), queue_offset,
-                    self._rocketmq_ok_tail,
+        if status is _PUT_OK and result.msg_ids is None:
+            if request.serialize_type == _JSON:
+                if self._json_ok:
+                    # the common answer, encoded in one step: what encode_json_header writes for it
+                    head = self._json_ok % (
+                        result.msg_id_prefix,
+                        result.physical_offset,
+                        result.queue_id,
+                        result.queue_offset,
+                        request.opaque,
+                    )
+                    return _pack_frame_prefix(4 + len(head), len(head)) + head
+            elif prefix := result.msg_id_prefix:
+                # the same answer with a ROCKETMQ header: what encode_rocketmq_header writes for it
+                queue_id = b"%d" % result.queue_id
+                queue_offset = b"%d" % result.queue_offset
+                ext = self._rocketmq_ok % (
+                    _VALUE_LENGTHS[len(prefix) + 16], prefix, result.physical_offset,
+                    _VALUE_LENGTHS[len(queue_id)], queue_id,
+                    _VALUE_LENGTHS[len(queue_offset)], queue_offset,
+                )  # fmt: skip
+                return rocketmq_frame(
+                    _SUCCESS, _LANG_JAVA, BROKER_VERSION, request.opaque, RESPONSE_FLAG, ext
                 )
-            )  # fmt: skip
-            return rocketmq_frame(_SUCCESS, _LANG_JAVA, BROKER_VERSION, request.opaque, RESPONSE_FLAG, ext)
         code = _PUT_WITH_HEADER.get(status)
         if code is None:
             code, remark = _PUT_ERRORS.get(status, (ResponseCode.SYSTEM_ERROR, status.value))

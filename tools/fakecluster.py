@@ -69,7 +69,7 @@ class _Namesrv(RequestProcessor):
         self.state.requests.append(request.code)
         if request.code == RequestCode.GET_BROKER_CLUSTER_INFO:
             return request.response(body=cluster_body(self.state.broker_addr))
-        topic = (request.ext_fields or {}).get("topic", "")
+        topic = request.ext_field("topic", "")
         if topic.startswith("missing"):
             return request.response(
                 ResponseCode.TOPIC_NOT_EXIST, f"No topic route info in name server for {topic}"

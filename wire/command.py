@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 from rmqgate.wire.codes import LanguageCode, MQVersion, SerializeType
+from rmqgate.wire.errors import HeaderFieldError
+from rmqgate.wire.header import CommandHeader
 
 RESPONSE_FLAG = 0b01  # RemotingCommand RPC_TYPE bit
 ONEWAY_FLAG = 0b10  # RemotingCommand RPC_ONEWAY bit
@@ -12,6 +16,7 @@ ONEWAY_FLAG = 0b10  # RemotingCommand RPC_ONEWAY bit
 BROKER_VERSION = int(MQVersion.V4_9_8)
 
 Body = bytes | bytearray | memoryview
+H = TypeVar("H", bound=CommandHeader)
 
 
 class RemotingCommand:
@@ -109,11 +114,25 @@ class RemotingCommand:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, RemotingCommand):
             return NotImplemented
-        return all(getattr(self, s) == getattr(other, s) for s in self.__slots__ if s != "body") and (
+        return all(getattr(self, s) == getattr(other, s) for s in _COMPARED) and (
             bytes(self.body or b"") == bytes(other.body or b"")
         )
 
     __hash__ = None  # type: ignore[assignment]
+
+    def ext_field(self, name: str, default: str | None = None) -> str | None:
+        """One extFields value (``default`` when absent), without building the map where it is
+        not built yet (a LayoutCommand's)."""
+        ext = self.ext_fields
+        return default if ext is None else ext.get(name, default)
+
+    def decode_custom_header(self, cls: type[H], use_alias: bool = False) -> H:
+        """``decodeCommandCustomHeader``: the typed header of this request's extFields (the one-letter
+        aliases where ``use_alias``); HeaderFieldError names a missing or bad field."""
+        ext = self.ext_fields
+        if ext is None:
+            raise HeaderFieldError(f"{cls.__name__}: the request has no extFields")
+        return cls.from_ext_v2(ext) if use_alias else cls.from_ext(ext)
 
     def __repr__(self) -> str:
         kind = "response" if self.is_response else ("oneway" if self.is_oneway else "request")
@@ -123,3 +142,7 @@ class RemotingCommand:
             f"lang={self.language} version={self.version} remark={self.remark!r} "
             f"ext={self.ext_fields!r} body={body_len}B ser={self.serialize_type})"
         )
+
+
+# what __eq__ compares besides the body (a subclass's own slots are no field of the command)
+_COMPARED = tuple(s for s in RemotingCommand.__slots__ if s != "body")

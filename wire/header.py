@@ -91,6 +91,8 @@ def _java_number(name: str, bits: int) -> JavaNumber:
     return java
 
 
+_INTEGER_HIGH = (1 << 31) - 1
+
 #: Field types: ``queue_id: Integer``, ``queue_offset: Long`` (an ``int`` to Python and to type checkers).
 Integer = Annotated[int, _java_number("Integer", 32)]
 Long = Annotated[int, _java_number("Long", 64)]
@@ -161,7 +163,7 @@ def _gen_decoder(
         if f.required:
             lines.append(f"        {var} = ext[{key!r}]")
             if f.kind is int:
-                lines.append(f"        {var} = _p{i}({var}) if (w := _ints({var})) is None else w")
+                lines.append(f"        {var} = {_int_expr(var, i, f)}")
             elif f.kind is bool:
                 lines.append(f"        {var} = _bool({var})")
         elif f.kind is bool:  # a dict hit for the usual spellings, parse_bool for the rest
@@ -171,9 +173,7 @@ def _gen_decoder(
             )
         elif f.kind is int:
             lines.append(f"        {var} = g({key!r})")
-            lines.append(
-                f"        {var} = _d{i} if {var} is None else (_p{i}({var}) if (w := _ints({var})) is None else w)"
-            )
+            lines.append(f"        {var} = _d{i} if {var} is None else ({_int_expr(var, i, f)})")
         else:
             lines.append(f"        {var} = g({key!r})")
             lines.append(f"        {var} = _d{i} if {var} is None else {var}")
@@ -182,6 +182,22 @@ def _gen_decoder(
     lines.append("        raise _error(_cls, ext, exc, True) from None")
     lines.append("    except (ValueError, TypeError) as exc:")
     lines.append("        raise _error(_cls, ext, exc, False) from None")
+    namespace = _decoder_namespace(cls, fields)
+    exec("\n".join(lines), namespace)
+    return namespace["decode"]
+
+
+def _int_expr(var: str, i: int, f: HeaderField) -> str:
+    """A number field's value from its text: ``int`` for digits too few to leave the Java type's
+    range (the Java parser takes such text the same way), the Java parser for anything else; an
+    ``Integer`` (queue ids, flags, counts) looks the usual small numbers up first."""
+    assert f.java is not None
+    digits = len(str(f.java.high)) - 1
+    parse = f"(int({var}) if len({var}) <= {digits} and {var}.isdigit() else _p{i}({var}))"
+    return parse if f.java.high > _INTEGER_HIGH else f"w if (w := _ints({var})) is not None else {parse}"
+
+
+def _decoder_namespace(cls: type, fields: tuple[HeaderField, ...]) -> dict[str, Any]:
     namespace: dict[str, Any] = {
         "_cls": cls,
         "_ints": _SMALL_INTS.get,
@@ -193,6 +209,40 @@ def _gen_decoder(
         namespace[f"_d{i}"] = None if f.required else f.default
         if f.java is not None:
             namespace[f"_p{i}"] = f.java.parse
+    return namespace
+
+
+def values_decoder(
+    cls: type[T], keys: tuple[str, ...], use_alias: bool = False
+) -> Callable[[tuple[str, ...]], T] | None:
+    """A decoder of the values of an extFields map whose keys are ``keys`` in this order (a request
+    layout seen before) straight to ``cls``, without the map: generated like ``from_ext``. None when a
+    required field is not among the keys. It raises ValueError or TypeError on a value ``from_ext``
+    refuses, without naming the field: the caller then asks ``from_ext`` for the error."""
+    fields: tuple[HeaderField, ...] = cls.FIELDS  # type: ignore[attr-defined]
+    index = {key: i for i, key in enumerate(keys)}
+    lines = ["def decode(v):"]
+    args = []
+    for i, f in enumerate(fields):
+        at = index.get(f.alias if use_alias and f.alias else f.wire)
+        if at is None:
+            if f.required:
+                return None
+            args.append(f"_d{i}")
+            continue
+        var = f"v{i}"
+        args.append(var)
+        lines.append(f"    {var} = v[{at}]")
+        if f.kind is int:
+            lines.append(f"    {var} = {_int_expr(var, i, f)}")
+        elif f.kind is bool:
+            lines.append(
+                f"    {var} = _bool({var})"
+                if f.required
+                else f"    {var} = _bools[{var}] if {var} in _bools else _bool({var})"
+            )
+    lines.append(f"    return _cls({', '.join(args)})")
+    namespace = _decoder_namespace(cls, fields)
     exec("\n".join(lines), namespace)
     return namespace["decode"]
 

@@ -273,7 +273,7 @@ def _java_batch(corpus: Path) -> tuple[RemotingCommand, dict[str, str]]:
     batch: RemotingCommand | None = None
     pulled: dict[str, str] = {}
     for item in captured_requests_and_pulls(corpus / "pcap" / "c_BatchSend.pcap"):
-        if type(item) is RemotingCommand:
+        if isinstance(item, RemotingCommand):
             if item.code == R.SEND_BATCH_MESSAGE and batch is None:
                 batch = item
         elif type(item) is MessageExt:
@@ -936,8 +936,12 @@ async def test_sync_flush_send(Broker) -> None:
 @pytest.mark.parametrize("ser", [SerializeType.JSON, SerializeType.ROCKETMQ], ids=["JSON", "ROCKETMQ"])
 @pytest.mark.parametrize(
     ("region", "prefix"),
-    [('Reg"ion%1', b"7F00000100002A9F"), ("Région", b"00000000000000000000FFFF7F00000100002A9F")],
-    ids=["ipv4", "ipv6-non-ascii"],
+    [
+        ('Reg"ion%1', b"7F00000100002A9F"),
+        ("Région", b"00000000000000000000FFFF7F00000100002A9F"),
+        ("queueId-slot-5e1f", b"7F00000100002A9F"),  # the JSON template's marker: no JSON template
+    ],
+    ids=["ipv4", "ipv6-non-ascii", "no-json-template"],
 )
 def test_fast_send_response_matches_generic_encoding(ser: int, region: str, prefix: bytes) -> None:
     """The pre-encoded SEND success frame is byte-identical to the generic encoding of the same
@@ -960,7 +964,8 @@ def test_fast_send_response_matches_generic_encoding(ser: int, region: str, pref
     )
     assert result.msg_id == prefix.decode() + "000000008EE24ED2"
     fast = proc.response(req, result)
-    assert isinstance(fast, bytes)
+    # pre-encoded but where the JSON template cannot be made: the generic response, still JSON
+    assert isinstance(fast, bytes) is (ser == SerializeType.ROCKETMQ or "slot" not in region)
     ext = {
         "msgId": result.msg_id,
         "queueId": "3",
@@ -971,9 +976,10 @@ def test_fast_send_response_matches_generic_encoding(ser: int, region: str, pref
     if ser == SerializeType.JSON:  # fastjson writes the map's keys sorted
         ext = dict(sorted(ext.items()))
     generic = req.response(0, None, ext)
-    assert fast == encode_frame(generic)
-    decoded = decode_frame(fast)
-    assert decoded == generic and decoded.serialize_type == ser
+    if isinstance(fast, bytes):
+        assert fast == encode_frame(generic)
+        fast = decode_frame(fast)
+    assert fast == generic and fast.serialize_type == ser
 
 
 @async_test

@@ -25,8 +25,10 @@ from rmqgate.server.remoting import Channel, RequestProcessor
 from rmqgate.server.testing import LocalBroker, async_test, heartbeat, pull_cmd, send_v2
 from rmqgate.wire.bodies import ConsumeStats
 from rmqgate.wire.codes import RequestCode as R
-from rmqgate.wire.codes import ResponseCode
-from rmqgate.wire.command import RemotingCommand
+from rmqgate.wire.codes import ResponseCode, SerializeType
+from rmqgate.wire.command import RESPONSE_FLAG, RemotingCommand
+from rmqgate.wire.frame import decode_frame, encode_frame
+from rmqgate.wire.serialization import LayoutCommand
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
@@ -161,6 +163,51 @@ def test_pull_bytes_keep_topic_and_group_apart_when_a_name_holds_an_at_sign() ->
     assert set(sizes) == {("T@x", "G"), ("T", "x@G")}
     assert sizes[("T@x", "G")] > 0  # (rates over the same elapsed time)
     assert sizes[("T", "x@G")] == pytest.approx(3 * sizes[("T@x", "G")])
+
+
+class _Reflecting(RequestProcessor):
+    """A pull processor answering with its request itself, made a response with a body."""
+
+    codes = (int(R.PULL_MESSAGE),)
+
+    def process(self, channel: Channel, request: RemotingCommand) -> RemotingCommand:
+        request.code, request.flag, request.body = ResponseCode.SUCCESS, RESPONSE_FLAG, b"m" * 7
+        return request
+
+
+def test_an_answer_of_a_command_subclass_is_timed_and_counted_at_once() -> None:
+    """A ROCKETMQ request in a layout learnt is a LayoutCommand (from the third on): answered with
+    itself, it is returned as it is (not awaited later) and its pull counted like any command."""
+    timed = TimedProcessor(_Reflecting(), LatencyHistogram(), pull=True)
+    request = pull_cmd("TReflect", 0, group="GReflect")
+    request.serialize_type = SerializeType.ROCKETMQ
+    pull = encode_frame(request)
+    answers = [timed.process(None, decode_frame(pull)) for _ in range(4)]  # type: ignore[arg-type]
+    assert type(answers[-1]) is LayoutCommand
+    assert all(isinstance(a, RemotingCommand) and a.body == b"m" * 7 for a in answers)
+    assert sum(timed.histogram.counts) == 4
+    assert timed.group_bytes == {("TReflect", "GReflect"): 28}
+
+
+class _PreEncodedSendOk(RequestProcessor):
+    """A send processor answering at once with pre-encoded bytes, as SEND_OK is answered."""
+
+    codes = (int(R.SEND_MESSAGE_V2),)
+
+    def process(self, channel: Channel, request: RemotingCommand) -> bytes:
+        return b"pre-encoded SEND_OK"
+
+
+def test_a_send_is_counted_by_topic_without_building_its_field_map() -> None:
+    timed = TimedProcessor(_PreEncodedSendOk(), LatencyHistogram(), pull=False)
+    request = send_v2("TLazy", b"x" * 9)
+    request.serialize_type = SerializeType.ROCKETMQ
+    frame = encode_frame(request)
+    requests = [decode_frame(frame) for _ in range(4)]
+    for r in requests:
+        timed.process(None, r)  # type: ignore[arg-type]
+    assert type(requests[-1]) is LayoutCommand and requests[-1].ext_values is not None
+    assert timed.topic_bytes == {"TLazy": 36} and sum(timed.histogram.counts) == 4
 
 
 def _table(answer: RemotingCommand) -> dict[str, str]:

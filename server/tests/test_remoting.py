@@ -14,9 +14,11 @@ from rmqgate.server.client import RemotingClient
 from rmqgate.server.remoting import Channel, Pending, RemotingServer, RequestProcessor
 from rmqgate.server.testing import async_test, wait_for
 from rmqgate.wire import FrameDecoder, RemotingCommand, ResponseCode, SerializeType, encode_frame
+from rmqgate.wire.command import RESPONSE_FLAG
 from rmqgate.wire.errors import HeaderFieldError
 
 ECHO, SLOW, BOOM, CODEC, ASK, GATE, BYE, LATER = 9001, 9002, 9003, 9004, 9005, 9006, 9007, 9008
+REFLECT = 9009
 
 
 class Echo(RequestProcessor):
@@ -28,6 +30,17 @@ class Echo(RequestProcessor):
     def process(self, channel: Channel, request: RemotingCommand) -> RemotingCommand:
         self.seen.append(request)
         return request.response(0, "echo", dict(request.ext_fields or {}), request.body)
+
+
+class Reflect(RequestProcessor):
+    """Answers with the request object itself, made a response: whatever class the decoder gave it."""
+
+    codes = (REFLECT,)
+
+    def process(self, channel: Channel, request: RemotingCommand) -> RemotingCommand:
+        request.code = ResponseCode.SUCCESS
+        request.flag |= RESPONSE_FLAG
+        return request
 
 
 class Bye(RequestProcessor):
@@ -92,7 +105,7 @@ def with_server(fn):
     @functools.wraps(fn)
     async def wrapper() -> None:
         srv = RemotingServer(
-            "127.0.0.1", 0, [Echo(), Misc(), Bye(), Later()], idle_timeout=120, max_inflight=4
+            "127.0.0.1", 0, [Echo(), Misc(), Bye(), Later(), Reflect()], idle_timeout=120, max_inflight=4
         )
         await srv.start()
         try:
@@ -114,6 +127,20 @@ async def test_echo_both_serializations(server: RemotingServer) -> None:
             assert resp.serialize_type == ser
             assert resp.remark == "echo" and resp.ext_fields == {"k": "v"} and resp.body == b"body"
             assert resp.version == 409
+
+
+@with_server
+async def test_a_processor_may_answer_with_the_request_itself(server: RemotingServer) -> None:
+    """Whatever the decoder made of the request (a ROCKETMQ header in a layout it learnt is a
+    LayoutCommand from the third request on), returning it as the answer sends it back."""
+    ext = {"reflectA": "1", "reflectB": "two"}
+    async with await RemotingClient.connect("127.0.0.1", server.port) as client:
+        for n in range(4):
+            req = RemotingCommand.request(
+                REFLECT, dict(ext), b"b%d" % n, serialize_type=SerializeType.ROCKETMQ
+            )
+            resp = await client.invoke(req, 2)
+            assert (resp.code, resp.remark, resp.ext_fields, resp.body) == (0, None, ext, b"b%d" % n)
 
 
 @with_server

@@ -183,7 +183,7 @@ def _java_delivered_properties(corpus: Path) -> dict[str, dict[str, str]]:
     sent: dict[str, dict[str, str]] = {}
     pulled: dict[str, dict[str, str]] = {}
     for item in captured_requests_and_pulls(corpus / "pcap-thirdparty" / "ali-ons-3.12.0.pcap"):
-        if type(item) is RemotingCommand:
+        if isinstance(item, RemotingCommand):
             if item.code == R.SEND_MESSAGE_V2:
                 props = parse_properties(item.ext_fields["i"])  # type: ignore[index]
                 sent[props["KEYS"]] = props

@@ -258,8 +258,8 @@ def _java_transaction_properties(corpus: Path) -> tuple[dict[str, str], dict[str
     pulled: dict[str, dict[str, str]] = {}
     checked: dict[str, str] = {}
     for item in captured_requests_and_pulls(pcap):
-        if type(item) is RemotingCommand:
-            if item.code == R.SEND_MESSAGE_V2 and "TRAN_MSG" in (item.ext_fields or {}).get("i", ""):
+        if isinstance(item, RemotingCommand):
+            if item.code == R.SEND_MESSAGE_V2 and "TRAN_MSG" in item.ext_field("i", ""):
                 props = parse_properties(item.ext_fields["i"])
                 sent[props["UNIQ_KEY"]] = props
             elif item.code == R.CHECK_TRANSACTION_STATE:

@@ -64,7 +64,7 @@ def _stored(broker: str, topic: str, queues: int = 8) -> int:
         replies = [
             c.invoke(RequestCode.GET_MAX_OFFSET, {"topic": topic, "queueId": q}) for q in range(queues)
         ]
-    return sum(int((r.ext_fields or {}).get("offset", 0)) for r in replies if r.code == 0)
+    return sum(int(r.ext_field("offset", "0")) for r in replies if r.code == 0)
 
 
 class Rmqgate:

@@ -220,7 +220,7 @@ def test_batch_bodies_in_captures_round_trip(corpus: Path) -> None:
             cmd = frame.command
             if cmd is None or cmd.flag & 1 or not cmd.body:
                 continue
-            batch_flag = (cmd.ext_fields or {}).get("m", "").strip('"')
+            batch_flag = cmd.ext_field("m", "").strip('"')
             if cmd.code == 320 or (cmd.code == 310 and batch_flag in ("1", "true")):
                 entries = decode_batch(cmd.body)
                 assert entries and all(e.uniq_key for e in entries), pcap.name
