@@ -327,15 +327,34 @@ class IndexService:
         if f is None or f.index_count >= f.index_num:
             f = self._last_file()
         done_below = f.end_phy_offset - base
-        key_hash = self._topic_key_hash if self._chains else self._joined_key_hash
+        chains = self._chains
+        key_hash = self._topic_key_hash if chains else self._joined_key_hash
         entries: list[tuple[int, int, int]] = []
         append = entries.append
+        last_topic: str | bytes | None = None
+        seed = 0
+        heads: dict[str | bytes, int] = {}
         for pos, sys_flag, ts, topic, keys, uniq in records:
             if pos < done_below or sys_flag & _TX_MASK == _TX_ROLLBACK:
                 continue
             phy = base + pos
             if uniq:
-                append((key_hash(topic, uniq), phy, ts))
+                if chains and type(uniq) is bytes and len(uniq) > 4 and uniq.isascii():
+                    # _topic_key_hash inlined for a UNIQ_KEY as found by the scan (ASCII bytes)
+                    if topic != last_topic:
+                        seed, heads = self._seeds(topic)
+                        last_topic = topic
+                    hseed = heads.get(uniq[:-4])
+                    if hseed is None:
+                        hseed = self._head_seed(heads, uniq[:-4], seed)
+                    h = (
+                        hseed * 923521 + uniq[-4] * 29791 + uniq[-3] * 961 + uniq[-2] * 31 + uniq[-1]
+                    ) & 0xFFFFFFFF
+                    if h & 0x80000000:  # abs of the negative int, MIN_VALUE -> 0
+                        h = (0x100000000 - h) & _INT_MAX
+                    append((h, phy, ts))
+                else:
+                    append((key_hash(topic, uniq), phy, ts))
             if keys:
                 for k in keys.split(b" " if type(keys) is bytes else " "):
                     if k:
@@ -353,18 +372,28 @@ class IndexService:
             key = key.decode("utf-8", "replace")
         return self.key_hash(f"{topic}#{key}")
 
+    def _seeds(self, topic: str | bytes) -> tuple[int, dict[str | bytes, int]]:
+        """The hash of "topic#" and the topic's cache of key-head hashes (seeded with it)."""
+        seeds = self._topic_seeds.get(topic)
+        if seeds is None:
+            if len(self._topic_seeds) >= 1024:
+                self._topic_seeds.clear()
+            seeds = self._topic_seeds[topic] = (self._java_hash("#", self._java_hash(topic)), {})
+        return seeds
+
+    def _head_seed(self, heads: dict[str | bytes, int], head: str | bytes, seed: int) -> int:
+        if len(heads) >= 1024:
+            heads.clear()
+        hseed = heads[head] = self._java_hash(head, seed)
+        return hseed
+
     def _topic_key_hash(self, topic: str | bytes, key: str | bytes) -> int:
         """``key_hash(topic + "#" + key)`` from cached seeds: the hash of "topic#", and of "topic#" plus
         all but the last few characters of a key (ids such as UNIQ_KEY share long prefixes, a
         producer's address, pid and time, and differ in a counter at the end), so mostly only a
         key's tail is hashed: for ASCII bytes, the last four in plain arithmetic. Other bytes are
         decoded first (a cut must not split a character)."""
-        seeds = self._topic_seeds.get(topic)
-        if seeds is None:
-            if len(self._topic_seeds) >= 1024:
-                self._topic_seeds.clear()
-            seeds = self._topic_seeds[topic] = (self._java_hash("#", self._java_hash(topic)), {})
-        seed, heads = seeds
+        seed, heads = self._seeds(topic)
         if type(key) is bytes and not key.isascii():
             key = key.decode("utf-8", "replace")
         if len(key) <= 4:
@@ -372,9 +401,7 @@ class IndexService:
         head = key[:-4]
         hseed = heads.get(head)
         if hseed is None:
-            if len(heads) >= 1024:
-                heads.clear()
-            hseed = heads[head] = self._java_hash(head, seed)
+            hseed = self._head_seed(heads, head, seed)
         if type(key) is bytes:  # ASCII: hseed * 31**4 + the last four code units, weighted 31**3 .. 1
             h = (hseed * 923521 + key[-4] * 29791 + key[-3] * 961 + key[-2] * 31 + key[-1]) & 0xFFFFFFFF
             return _abs_hash(h - 0x100000000 if h & 0x80000000 else h)

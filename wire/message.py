@@ -489,7 +489,13 @@ def scan_index_records(buf: bytes | bytearray | mmap.mmap, pos: int, end: int, m
     values as bytes, with no message built and nothing decoded."""
     records: list[IndexRecord] = []
     append = records.append
-    pick_v4 = _INDEX_PICK[0]
+    pick_v4 = _PICK_V4
+    rfind = buf.rfind
+    find = buf.find
+    keys_pair, uniq_pair, sep = _KEYS_PAIR, _UNIQ_KEY_PAIR, _PROPERTY_SEPARATOR_BYTES
+    sep_code = _PROPERTY_SEPARATOR_CODE
+    uniq_len = len(uniq_pair)
+    body_end_v4 = _BODY_END[0]
     last_ts = 0
     size = len(buf)
     scanned = 0
@@ -501,8 +507,10 @@ def scan_index_records(buf: bytes | bytearray | mmap.mmap, pos: int, end: int, m
             hf = sys_flag & _HOST_FLAGS
             if hf:
                 total, magic, sys_flag, store_ts, body_len = _INDEX_PICK[hf](buf, pos)
+                at = pos + _BODY_END[hf] + body_len
+            else:
+                at = pos + body_end_v4 + body_len
             unpack_topic_len, topic_prefix = _TOPIC_UNPACK[magic]
-            at = pos + _BODY_LENGTH_POS[hf] + 4 + body_len
             (topic_len,) = unpack_topic_len(buf, at)
             at += topic_prefix
             topic_end = at + topic_len
@@ -524,8 +532,24 @@ def scan_index_records(buf: bytes | bytearray | mmap.mmap, pos: int, end: int, m
                 records, pos, last_ts, f"record lengths disagree with total size {total} at offset {pos}"
             )
         if props_len:
-            keys = _property_bytes(buf, _KEYS_PAIR, props_at, record_end)
-            uniq = _property_bytes(buf, _UNIQ_KEY_PAIR, props_at, record_end)
+            # _property_bytes inlined for UNIQ_KEY's usual place (one pair, a value); KEYS only when
+            # its name occurs at all
+            i = rfind(uniq_pair, props_at, record_end)
+            uniq = None
+            if i >= 0:
+                value_at = i + uniq_len
+                value_end = find(sep, value_at, record_end)
+                if value_end < 0:
+                    value_end = record_end
+                if value_end > value_at and (i == props_at or buf[i - 1] == sep_code):
+                    uniq = buf[value_at:value_end]
+                else:  # an empty value or a name ending in UNIQ_KEY: the general search
+                    uniq = _property_bytes(buf, uniq_pair, props_at, record_end)
+            keys = (
+                _property_bytes(buf, keys_pair, props_at, record_end)
+                if find(keys_pair, props_at, record_end) >= 0
+                else None
+            )
             if keys or uniq:
                 append((pos, sys_flag, store_ts, buf[at:topic_end], keys, uniq))
         last_ts = store_ts

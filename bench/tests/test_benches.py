@@ -34,6 +34,7 @@ CASES = [
     ),
     ("pcap.py", ["--no-scapy", "--repeat", "1"], ["header decode = read_frames"]),
     ("store.py", ["2000", "--repeat", "1"], ["ASYNC / raw-write floor, same round:", "SYNC(64) / ASYNC"]),
+    ("index_dispatch.py", ["2000", "--repeat", "1"], ["catch-up median: user", "paced 28000/s median: user"]),
     (
         "broker.py",
         ["--seconds", "0.5", "--rounds", "1", "--connections", "2"],

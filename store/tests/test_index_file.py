@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import functools
+import tempfile
 from pathlib import Path
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rmqgate.store.index_file import IndexFile, IndexService
+from rmqgate.store.index_file import IndexFile, IndexService, index_key_hash
+from rmqgate.store.layout import INDEX_ENTRY
 from rmqgate.wire.message import java_string_hash
 from rmqgate.wire.message_const import MessageSysFlag
 
@@ -83,6 +86,56 @@ def test_key_hash_from_utf8_bytes_and_cached_seeds_is_the_hash_of_the_joined_key
         assert svc._topic_key_hash(topic, key) == want
         if raw_key is not None:
             assert svc._topic_key_hash(raw_topic, raw_key) == want
+
+
+@functools.cache
+def _min_value_key(topic: str) -> str:
+    """An ASCII key whose "topic#key" hashes to Integer.MIN_VALUE (indexKeyHashMethod's 0)."""
+    seed = java_string_hash(f"{topic}#")
+    for n in range(100_000):
+        head = f"K{n:08d}"
+        # the last four characters, each 32 + a digit in 0..94, weighted 31**3 .. 1
+        rest = (0x80000000 - java_string_hash(head, seed) * 923521 - 32 * 30784) & 0xFFFFFFFF
+        tail = []
+        for weight in (29791, 961, 31, 1):
+            c = min(94, rest // weight)
+            tail.append(32 + c)
+            rest -= c * weight
+        if rest == 0:
+            return head + bytes(tail).decode()
+    raise AssertionError("no key found")
+
+
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["T", "Topic2", "é"]), st.text(max_size=40) | st.sampled_from(["M"])),
+        min_size=1,
+        max_size=12,
+    )
+)
+def test_uniq_keys_of_a_batch_are_hashed_as_the_joined_keys(pairs: list[tuple[str, str]]) -> None:
+    """The batch's UNIQ_KEY hashes (ASCII bytes from cached seeds, the rest the general way) are
+    indexKeyHashMethod of "topic#key", MIN_VALUE included, across topics within one batch."""
+    pairs = [(t, _min_value_key(t) if k == "M" else k) for t, k in pairs]
+    records = []
+    want = []
+    for i, (topic, key) in enumerate(pairs):
+        try:
+            raw = key.encode()
+        except UnicodeEncodeError:  # lone surrogates have no UTF-8 form
+            continue
+        if raw:
+            records.append((i * 10, 0, 1_700_000_000_000, topic.encode(), None, raw))
+            want.append(index_key_hash(f"{topic}#{key}"))
+    with tempfile.TemporaryDirectory() as tmp:
+        svc = IndexService(Path(tmp), 7, 64, java_string_hash)
+        svc.build_index_records(records, 0)
+        got = []
+        for f in svc.files:
+            for idx in range(1, f.index_count):
+                got.append(INDEX_ENTRY.unpack_from(f.buf, f.entries_pos + idx * INDEX_ENTRY.size)[0])
+        svc.close()
+    assert got == want
 
 
 def test_records_indexed_in_batches_equal_messages_indexed_key_by_key(tmp_path: Path) -> None:
