@@ -281,6 +281,27 @@ def test_topic_stats_and_consume_stats(cluster, uniq, make_topic, broker, dispat
     assert '"consumeTps"' in text
 
 
+@pytest.mark.parametrize("ser", SERIALIZATIONS)
+def test_query_topic_consume_by_who(cluster, uniq, make_topic, ser):
+    """mqadmin topicList -c: the groups holding an offset on the topic; without a topic, an error."""
+    topic = make_topic(uniq())
+    group = uniq("g")
+    with cluster.broker_client(serialize_type=ser) as c:
+        resp = c.invoke(
+            RequestCode.UPDATE_CONSUMER_OFFSET,
+            {"consumerGroup": group, "topic": topic, "queueId": 0, "commitOffset": 1},
+        )
+        assert resp.code == ResponseCode.SUCCESS
+        resp = c.invoke(RequestCode.QUERY_TOPIC_CONSUME_BY_WHO, {"topic": topic})
+        assert resp.code == ResponseCode.SUCCESS
+        assert loads(resp.body)["groupList"] == [group]
+        resp = c.invoke(RequestCode.QUERY_TOPIC_CONSUME_BY_WHO, {"topic": uniq("none")})
+        assert (resp.code, loads(resp.body)["groupList"]) == (ResponseCode.SUCCESS, [])
+        resp = c.invoke(RequestCode.QUERY_TOPIC_CONSUME_BY_WHO, {})
+        assert resp.code == ResponseCode.SYSTEM_ERROR
+        assert resp.remark
+
+
 def test_5x_heartbeat_fields_accepted(cluster, uniq, make_topic):
     """5.3.3 clients (header version 479) add heartbeatFingerprint / isWithoutSub to HeartbeatData."""
     topic = make_topic(uniq())

@@ -54,6 +54,7 @@ from rmqgate.wire.headers import (
     GetProducerConnectionListRequestHeader,
     GetTopicStatsInfoRequestHeader,
     QueryConsumeQueueRequestHeader,
+    QueryTopicConsumeByWhoRequestHeader,
     ResetOffsetRequestHeader,
     ViewBrokerStatsDataRequestHeader,
 )
@@ -382,7 +383,7 @@ class AdminBrokerProcessor(RequestProcessor):
         )
 
     def query_topic_consume_by_who(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
-        topic = (req.ext_fields or {}).get("topic", "")
+        topic = QueryTopicConsumeByWhoRequestHeader.from_ext(req.ext_fields or {}).topic
         groups = {g for g, cgi in self.broker.consumers.groups.items() if topic in cgi.subscriptions}
         groups |= {
             k.partition("@")[2] for k in self.store.meta.offset_table() if k.partition("@")[0] == topic

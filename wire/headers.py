@@ -282,6 +282,11 @@ class GetTopicStatsInfoRequestHeader(CommandHeader):
 
 
 @command_header
+class QueryTopicConsumeByWhoRequestHeader(CommandHeader):
+    topic: str
+
+
+@command_header
 class GetConsumeStatsRequestHeader(CommandHeader):
     consumer_group: str
     topic: str | None = None
@@ -508,6 +513,7 @@ REQUEST_HEADERS: dict[int, type[CommandHeader] | None] = {
     _R.DELETE_TOPIC_IN_BROKER: DeleteTopicRequestHeader,
     _R.GET_TOPIC_STATS_INFO: GetTopicStatsInfoRequestHeader,
     _R.GET_CONSUME_STATS: GetConsumeStatsRequestHeader,
+    _R.QUERY_TOPIC_CONSUME_BY_WHO: QueryTopicConsumeByWhoRequestHeader,
     _R.VIEW_BROKER_STATS_DATA: ViewBrokerStatsDataRequestHeader,
     _R.GET_CONSUMER_CONNECTION_LIST: GetConsumerConnectionListRequestHeader,
     _R.GET_PRODUCER_CONNECTION_LIST: GetProducerConnectionListRequestHeader,

@@ -22,6 +22,7 @@ from rmqgate.wire.bodies import (
     QueryConsumeQueueResponseBody,
 )
 from rmqgate.wire.codes import RequestCode as R
+from rmqgate.wire.codes import SerializeType
 from rmqgate.wire.message import format_properties
 
 JAVA_GROUPS = {  # SubscriptionGroupManager.init
@@ -444,4 +445,24 @@ async def test_update_broker_config_is_written_back_to_the_broker_conf(Broker, t
         assert conf.read_text() == before
         b.broker.config_path = None
         assert (await c.invoke(update)).code == 0 and conf.read_text() == before
+        await c.aclose()
+
+
+@async_test
+async def test_query_topic_consume_by_who_names_subscribers_and_groups_with_offsets(Broker) -> None:
+    """QUERY_TOPIC_CONSUME_BY_WHO (mqadmin topicList -c): the groups subscribed to the topic and
+    those holding an offset of it, in either header serialization."""
+    async with Broker() as b:
+        c = await b.client()
+        assert (await c.invoke(heartbeat("cid-w", "WhoSub", "WhoT"))).code == 0
+        assert (await c.invoke(heartbeat("cid-x", "OtherSub", "OtherT"))).code == 0
+        assert (await c.invoke(send_v2("WhoT", b"x"))).code == 0
+        assert (await c.invoke(commit("WhoOffset", "WhoT", 0, 1))).code == 0
+        for serialize_type in (SerializeType.JSON, SerializeType.ROCKETMQ, SerializeType.ROCKETMQ):
+            query = RemotingCommand.request(
+                R.QUERY_TOPIC_CONSUME_BY_WHO, {"topic": "WhoT"}, serialize_type=serialize_type
+            )
+            resp = await c.invoke(query)
+            assert resp.code == ResponseCode.SUCCESS
+            assert json.loads(resp.body) == {"groupList": ["WhoOffset", "WhoSub"]}
         await c.aclose()
