@@ -79,6 +79,28 @@ def test_update_and_query_consumer_offset(cluster, uniq, make_topic, ser):
         assert table[f"{topic}@{group}"]["1"] == 5
 
 
+@pytest.mark.rmqgate_only
+def test_a_groups_first_offsets_committed_together_are_all_kept(cluster, uniq, make_topic):
+    """What a Java client's persistAll sends for a new group: one one-way commit per queue, back to
+    back. All are kept. 4.9.8 can lose all but one: ConsumerOffsetManager creates the group's
+    topic@group map with get-then-put, and its offset threads each put a fresh map (about 1 group
+    in 20 over 300 tries), until the client's next persist sends them again."""
+    topic = make_topic(uniq(), queues=4)
+    groups = [uniq(f"g{i}") for i in range(50)]
+    with cluster.broker_client() as c:
+        for group in groups:
+            for queue_id in range(4):
+                c.oneway(
+                    RequestCode.UPDATE_CONSUMER_OFFSET,
+                    {"consumerGroup": group, "topic": topic, "queueId": queue_id, "commitOffset": 4},
+                )
+        stored = {
+            group: [int(query_offset(c, group, topic, q).ext_fields["offset"]) for q in range(4)]
+            for group in groups
+        }
+    assert {g: s for g, s in stored.items() if s != [4] * 4} == {}
+
+
 @pytest.mark.parametrize("ser", SERIALIZATIONS)
 def test_min_max_offsets_and_store_times(cluster, uniq, make_topic, dispatched, ser):
     topic = make_topic(uniq(), queues=2)
