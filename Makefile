@@ -63,8 +63,8 @@ lint: $(STAMP)
 # Left out of it: the java-marked modules (they run both brokers in the first run already), the
 # rmqgate restart test and the drivers' self-test (no broker at all).
 test: setup lint
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
-	$(BIN)/python -m pytest compat_tests --target java -m "not rmqgate_only and not java" \
+	$(BIN)/python -m pytest --durations=25 $(PYTEST_ARGS)
+	$(BIN)/python -m pytest --durations=25 compat_tests --target java -m "not rmqgate_only and not java" \
 	  --ignore=compat_tests/test_drivers.py \
 	  --deselect=compat_tests/test_mixed_cluster.py::test_clean_restart_keeps_topics_messages_and_offsets
 

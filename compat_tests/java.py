@@ -55,6 +55,11 @@ def missing(*, compiler: bool = True) -> str | None:
 
 
 def java_env(log_dir: Path, **extra: str) -> dict[str, str]:
+    """The launchers' environment, logging under ``log_dir``. Its ``client/`` folder is made here:
+    4.9.8's log appender makes a missing folder only when its own mkdirs succeeds, so of two JVMs
+    starting at once in a new ``log_dir`` the one that loses that race fails to open its log and
+    prints a stack trace into the command's output."""
+    (log_dir / "client").mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, RMQ_LOG_DIR=str(log_dir), **extra)
     env.pop("ROCKETMQ_HOME", None)  # the launchers read conf/ from their own folder
     env.pop("ROCKETMQ_SERIALIZE_TYPE", None)

@@ -794,6 +794,12 @@ class Run:
         return "\n".join(self.outputs)
 
 
+def whole_lines(stream: bytes | str | None) -> str:
+    """What a killed command printed, up to its last newline: the kill may cut a line short."""
+    text = stream.decode(errors="replace") if isinstance(stream, bytes) else stream or ""
+    return text[: text.rfind("\n") + 1]
+
+
 def run_call(case: Case, args: list[str], log_dir: Path) -> tuple[str, int]:
     timeout = KILLED_AFTER if case.runs_until_killed else CALL_TIMEOUT
     for attempt in range(case.retries + 1):
@@ -801,7 +807,7 @@ def run_call(case: Case, args: list[str], log_dir: Path) -> tuple[str, int]:
             proc = java.mqadmin(log_dir, *args, timeout=timeout, cwd=log_dir, java_opts=java.QUICK_JVM)
             output, code = proc.stdout + proc.stderr, proc.returncode
         except subprocess.TimeoutExpired as e:
-            output = "".join(x.decode() if isinstance(x, bytes) else x or "" for x in (e.stdout, e.stderr))
+            output = "".join(whole_lines(x) for x in (e.stdout, e.stderr))
             code = 0 if case.runs_until_killed else -1
             if not case.runs_until_killed:
                 output += f"\n<no answer in {timeout} s>"
@@ -966,3 +972,9 @@ def test_mqadmin_command_answers_as_on_java(mqadmin_runs, case: Case) -> None:
     did_its_work = expect in " ".join(runs["java"].text.split())
     assert did_its_work, f"Java's output lacks {expect!r}\n{report}"
     assert not diff, "rmqgate's output differs from Java's:\n" + "\n".join(diff) + "\n" + report
+
+
+def test_a_killed_commands_cut_line_is_dropped() -> None:
+    assert whole_lines(b"#RT\ncluster broker 0.5\ncluster") == "#RT\ncluster broker 0.5\n"
+    assert whole_lines("no newline yet") == ""
+    assert whole_lines(None) == ""
