@@ -10,9 +10,13 @@ queue, offset, reconsumeTimes, receive time) and answers RECONSUME_LATER while a
 lingers ``linger_s``), when ``stop_file``
 exists, or after ``max_s``; ``shutdown`` (default true) calls the consumer's shutdown (unregister,
 unlock) before printing ``RESULT <json>``. Deliveries are recorded when the callback is entered
-(status IN_PROGRESS until it returns). Without ``shutdown`` the process just ends (a consumer that
-dies): callbacks entered after the result is taken block, so nothing is consumed unrecorded. The callback is registered straight on the C library so
-its return value is the consume status (the wrapper's exception path does not return one).
+(status IN_PROGRESS until it returns). Without ``shutdown`` the driver just returns (a consumer
+that dies); the wrapper's destructor then shuts the C++ consumer down, and that waits for every
+callback in progress. A callback entered after the result is taken answers RECONSUME_LATER at once,
+unrecorded, so nothing is consumed unseen and the shutdown is never held up (an orderly consumer
+keeps such a message for a later try that the shutdown cancels; a concurrent one would send it
+back). The callback is registered straight on the C library so its return value is the consume
+status (the wrapper's exception path does not return one).
 """
 
 from __future__ import annotations
@@ -65,17 +69,13 @@ def consume(client: Any, args: dict[str, Any]) -> dict[str, Any]:
             "thread": threading.get_ident(),
         }
         with lock:  # recorded on entry: a message in the callback when the process ends counts too
-            if frozen.is_set():
-                blocked = True
-            else:
-                blocked = False
-                left = failures_left.get(body, 0)
-                if left != 0:
-                    failures_left[body] = left - 1 if left > 0 else -1
-                rec["status"] = "IN_PROGRESS"
-                received.append(rec)
-        while blocked:  # the result is taken: nothing more may be consumed (and committed) unseen
-            time.sleep(1)
+            if frozen.is_set():  # the result is taken: nothing more may be consumed (and committed) unseen
+                return _CConsumeStatus.RECONSUME_LATER.value
+            left = failures_left.get(body, 0)
+            if left != 0:
+                failures_left[body] = left - 1 if left > 0 else -1
+            rec["status"] = "IN_PROGRESS"
+            received.append(rec)
         if slow:
             time.sleep(slow)
         with lock:
@@ -108,7 +108,7 @@ def consume(client: Any, args: dict[str, Any]) -> dict[str, Any]:
         consumer.shutdown()
     with lock:
         if not args.get("shutdown", True):
-            frozen.set()  # dying: callbacks entered from now on never return
+            frozen.set()  # dying: callbacks entered from now on consume nothing
         return {
             "received": [dict(r) for r in received],
             "started": started,
