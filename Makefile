@@ -62,9 +62,16 @@ lint: $(STAMP)
 # Java pair with FEATURE_CONF's settings): every test not marked rmqgate_only must pass there too.
 # Left out of it: the java-marked modules (they run both brokers in the first run already), the
 # rmqgate restart test and the drivers' self-test (no broker at all).
+#
+# Both runs spread whole modules over TEST_WORKERS pytest-xdist processes (module fixtures start once;
+# each worker starts its own session brokers and picks ports from its own range): most tests wait on
+# JVMs, rebalances and long polls, so two workers keep both cores busy. TEST_WORKERS=0: one process.
+TEST_WORKERS ?= 2
+PYTEST := $(BIN)/python -m pytest --durations=25 -n $(TEST_WORKERS) --dist loadfile
+
 test: setup lint
-	$(BIN)/python -m pytest --durations=25 $(PYTEST_ARGS)
-	$(BIN)/python -m pytest --durations=25 compat_tests --target java -m "not rmqgate_only and not java" \
+	$(PYTEST) $(PYTEST_ARGS)
+	$(PYTEST) compat_tests --target java -m "not rmqgate_only and not java" \
 	  --ignore=compat_tests/test_drivers.py \
 	  --deselect=compat_tests/test_mixed_cluster.py::test_clean_restart_keeps_topics_messages_and_offsets
 

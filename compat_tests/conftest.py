@@ -280,6 +280,42 @@ def dispatched(cluster: Cluster) -> object:
     return wait
 
 
+def _server_logs() -> list[tuple[str, str]]:
+    """(title, log tail) of every server this process started."""
+    logs = [
+        (f"rmqgate serve --role {server.role} log (tail): {server.log_path}", log_tail(server.log_path))
+        for server in _STARTED
+    ]
+    logs += [
+        (f"Java {jserver.launcher} log (tail): {jserver.log_path}", log_tail(jserver.log_path, 60))
+        for jserver in _JAVA_STARTED
+    ]
+    return logs
+
+
+#: server logs of pytest-xdist workers that had a failure, for the controller's summary
+_WORKER_LOGS: list[tuple[str, str]] = []
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Under pytest-xdist a worker's tables and server logs go to the controller, which prints the
+    summary (``workeroutput`` exists only in a worker)."""
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is None:
+        return
+    workeroutput["java_matrix"] = java.MATRIX
+    workeroutput["mqadmin"] = java.MQADMIN
+    workeroutput["server_logs"] = _server_logs() if session.testsfailed else []
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: object, error: object) -> None:
+    out = getattr(node, "workeroutput", None) or {}
+    java.MATRIX.extend(out.get("java_matrix", []))
+    java.MQADMIN.extend(out.get("mqadmin", []))
+    _WORKER_LOGS.extend(tuple(log) for log in out.get("server_logs", []))
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatus: int) -> None:
     if java.MATRIX:
         terminalreporter.write_sep("=", "Java client programs: checks held on each broker")
@@ -291,9 +327,6 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatu
             terminalreporter.write_line(line)
     if not (terminalreporter.stats.get("failed") or terminalreporter.stats.get("error")):
         return
-    for server in _STARTED:
-        terminalreporter.write_sep("=", f"rmqgate serve --role {server.role} log (tail): {server.log_path}")
-        terminalreporter.write_line(log_tail(server.log_path))
-    for jserver in _JAVA_STARTED:
-        terminalreporter.write_sep("=", f"Java {jserver.launcher} log (tail): {jserver.log_path}")
-        terminalreporter.write_line(log_tail(jserver.log_path, 60))
+    for title, tail in _server_logs() + _WORKER_LOGS:
+        terminalreporter.write_sep("=", title)
+        terminalreporter.write_line(tail)

@@ -47,12 +47,25 @@ def _ephemeral_low() -> int:
         return 32768
 
 
+def _port_range() -> tuple[int, int]:
+    """Ports 10000 up to the kernel's ephemeral range; under pytest-xdist each worker takes its own
+    slice of it, so two workers never pick the same port before either server has bound it."""
+    low = _ephemeral_low()
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
+    if not worker.startswith("gw") or count < 2:
+        return 10_000, low
+    width = (low - 10_000) // count
+    start = 10_000 + int(worker[2:]) % count * width
+    return start, start + width
+
+
 def free_port() -> int:
     """A port free now, for a server started later. It is picked below the kernel's ephemeral range:
     until the server binds it, no outgoing connection can be given it (a ``bind(0)`` port can)."""
-    low = _ephemeral_low()
-    for _ in range(200 if low > 11_000 else 0):
-        port = random.randrange(10_000, low)
+    start, end = _port_range()
+    for _ in range(200 if end - start > 1_000 else 0):
+        port = random.randrange(start, end)
         with socket.socket() as s:
             try:
                 s.bind(("", port))
