@@ -18,6 +18,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.java]
 #: which 4.9.8 answers REQUEST_CODE_NOT_SUPPORTED and rmqgate serves as PULL_MESSAGE (as 5.x brokers).
 LITE_PULL_361 = "the 5.x lite pull consumer pulls with LITE_PULL_MESSAGE (361), which 4.9.8 does not serve"
 LITE_PULL_CHECKS = (
+    "assign: poll returns every message from the first offsets, once",
     "assign + seek: poll returns every message from the sought offsets, once",
     "assign: each queue's messages come in offset order",
     "assign: tags, user properties and msgIds as sent",

@@ -106,10 +106,21 @@ public final class LitePull {
         Collection<MessageQueue> mqs = assigned.fetchMessageQueues(topic);
         h.check("fetchMessageQueues lists every queue", mqs.size() == queues.size(), mqs.toString());
         assigned.assign(mqs);
-        // paused across the seeks: a pull from the assigned offset that lands after seek has
-        // started its own pull task delivers the queue twice (a client race, on any broker)
+        // Every queue's first pull (from the first offset) is polled before the seeks: a pull from
+        // the old offset that lands after seek has started its own pull task would deliver the
+        // queue twice (a client race, on any broker). After it each pull task waits in a long
+        // poll at the queue's end, which no message reaches; paused, no new task pulls before all
+        // seeks are made.
+        List<String> fromFirst = seen(pollAll(assigned, total, 4_000));
+        Set<String> everyMessage = new TreeSet<>();
+        for (MessageQueue mq : queues) {
+            for (int i = 0; i < perQueue; i++) {
+                everyMessage.add("q" + mq.getQueueId() + "@" + i + " q" + mq.getQueueId() + "-body-" + i);
+            }
+        }
+        h.check("assign: poll returns every message from the first offsets, once",
+            fromFirst.size() == everyMessage.size() && new TreeSet<>(fromFirst).equals(everyMessage), fromFirst);
         assigned.pause(mqs);
-        Thread.sleep(500);
         for (MessageQueue mq : mqs) {
             seek(assigned, mq, mq.getQueueId() == 0 ? 2 : 0);
         }
