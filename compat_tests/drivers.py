@@ -127,8 +127,10 @@ def kill_all() -> None:
 
 def cpp_env(home: Path, client: str | None = None) -> dict[str, str]:
     """The environment of a C++-core driver: rocketmq-python-cvs from the venv (client=None) or a
-    target-dir client on PYTHONPATH; the core writes its logs under HOME."""
-    env = dict(os.environ, HOME=str(home), PYTHONUNBUFFERED="1")
+    target-dir client on PYTHONPATH; the core writes its logs under HOME/logs/rocketmq-cpp."""
+    # older cores' own choice; 2.1.0 writes to /logs/rocketmq-client unless told
+    logs = str(home / "logs" / "rocketmq-cpp")
+    env = dict(os.environ, HOME=str(home), ROCKETMQ_CLIENT_LOG_DIR=logs, PYTHONUNBUFFERED="1")
     env.pop("PYTHONPATH", None)
     if client is not None:
         env["PYTHONPATH"] = str(client_target(client))

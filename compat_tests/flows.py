@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,7 +24,6 @@ from rmqgate.compat_tests.drivers import (
     DRIVER_TIMEOUT,
     TX_DRIVER,
     Background,
-    DriverError,
     cpp_env,
     kill_all,
     run_cpp,
@@ -210,16 +208,8 @@ def cpp_flow(args: dict[str, Any], home: Path, timeout: float = DRIVER_TIMEOUT) 
 
 
 def cpp_produce(args: dict[str, Any], home: Path, timeout: float = DRIVER_TIMEOUT) -> dict[str, Any]:
-    """cpp_driver.py produce (rocketmq-python-cvs). Once in a while the C++ producer's first route
-    lookup fails ("No route info of this topic") on a route the name server has: one retry."""
-    args = {"scenario": "produce", **args}
-    try:
-        return run_cpp(args, home, timeout=timeout)
-    except DriverError as exc:
-        if "No route info of this topic" not in str(exc):
-            raise
-        time.sleep(1.0)
-        return run_cpp(args, home, timeout=timeout)
+    """cpp_driver.py produce (rocketmq-python-cvs)."""
+    return run_cpp({"scenario": "produce", **args}, home, timeout=timeout)
 
 
 def tx_produce(args: dict[str, Any], home: Path, timeout: float = DRIVER_TIMEOUT) -> Background:

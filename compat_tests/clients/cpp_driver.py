@@ -16,6 +16,7 @@ import json
 import os
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 from driver_io import run_driver, text
@@ -33,12 +34,39 @@ def _message(rocketmq: Any, topic: str, i: int, spec: dict[str, Any]) -> Any:
     return msg
 
 
+#: what the core logs each time its heartbeat task runs while it knows no broker
+NO_BROKER_HEARTBEAT = "sendheartbeat brokeradd is empty"
+
+
+def start_producer(producer: Any, timeout: float = 20.0) -> None:
+    """``producer.start()``, then wait until the core's heartbeat timer has made its first run
+    (scheduled 10 ms after start; the next is 30 s later). A first send that learns the broker from
+    its route just before that run races the timer for the broker's connection: the loser finds the
+    connection still being made and gets none (TcpRemotingClient::CreateTransport), and the core
+    spends every try at once and reports "No route info of this topic". The run is read off the
+    core's log (ROCKETMQ_CLIENT_LOG_DIR, or $HOME/logs/rocketmq-cpp for older cores): the second
+    no-broker heartbeat line, start() itself writing the first."""
+    producer.start()
+    dirs = {os.environ.get("ROCKETMQ_CLIENT_LOG_DIR", ""), os.path.expanduser("~/logs/rocketmq-cpp")}
+    logs = [Path(d) for d in dirs if d]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        seen = 0
+        for folder in logs:
+            for log in folder.glob(f"{os.getpid()}_rocketmq-cpp.log*"):
+                seen += log.read_text(errors="replace").count(NO_BROKER_HEARTBEAT)
+        if seen >= 2:
+            return
+        time.sleep(0.005)
+    raise RuntimeError(f"the core's first heartbeat run was not logged in {timeout} s (in {logs})")
+
+
 def produce(rocketmq: Any, args: dict[str, Any]) -> dict[str, Any]:
     producer = rocketmq.Producer(args["group"], timeout=args.get("timeout_ms", 5000))
     producer.set_namesrv_addr(args["namesrv"])
     if args.get("access_key"):  # ACL: the client signs every request
         producer.set_session_credentials(args["access_key"], args["secret_key"], "ALIYUN")
-    producer.start()
+    start_producer(producer)
     topic, count, mode = args["topic"], args.get("count", 3), args.get("mode", "sync")
     results: list[dict[str, Any]] = []
     errors: list[str] = []
@@ -97,7 +125,7 @@ def produce_until(rocketmq: Any, args: dict[str, Any]) -> dict[str, Any]:
     would store a second copy of one body."""
     producer = rocketmq.Producer(args["group"], timeout=args.get("timeout_ms", 3000))
     producer.set_namesrv_addr(args["namesrv"])
-    producer.start()
+    start_producer(producer)
     ok = failed = 0
     i = 0
     with open(args["out"], "a") as out:
