@@ -15,6 +15,7 @@ import org.apache.rocketmq.client.producer.TransactionMQProducer;
 import org.apache.rocketmq.client.producer.TransactionSendResult;
 import org.apache.rocketmq.common.message.Message;
 import org.apache.rocketmq.common.message.MessageConst;
+import org.apache.rocketmq.common.message.MessageDecoder;
 import org.apache.rocketmq.common.message.MessageExt;
 
 /**
@@ -30,6 +31,7 @@ public final class Transaction {
     }
 
     static final String[] DECISIONS = {"commit", "rollback", "unknown"};
+    static final String HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC";
 
     /** What executeLocalTransaction answers for the decision a send was given as its argument. */
     static LocalTransactionState decided(Object decision) {
@@ -158,6 +160,7 @@ public final class Transaction {
         List<String> wrong = new ArrayList<>();
         Map<String, Object> props = new TreeMap<>();
         Map<String, Object> meta = new TreeMap<>();
+        List<String> notHalf = new ArrayList<>();
         for (String decision : new String[] {"commit", "unknown"}) {
             MessageExt m = byBody.get("tx-body-" + decision);
             if (m == null) {
@@ -175,7 +178,20 @@ public final class Transaction {
                 wrong.add(decision + ": msgId sent " + sent.get(decision).getMsgId() + ", consumed " + m.getMsgId());
             }
             props.put(decision, Stored.properties(m));
-            meta.put(decision, Stored.meta(m));
+            // preparedTransactionOffset is the CommitLog offset of the half message the commit
+            // settled (0 for a half that was the log's first message): viewed there, it is that half
+            Map<String, Object> fields = Stored.meta(m);
+            fields.remove("preparedTransactionOffset>0");
+            MessageExt half = producer.viewMessage(HALF_TOPIC,
+                MessageDecoder.createMessageId(m.getStoreHost(), m.getPreparedTransactionOffset()));
+            boolean namesHalf = HALF_TOPIC.equals(half.getTopic())
+                && m.getMsgId().equals(half.getProperty(MessageConst.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX));
+            fields.put("preparedTransactionOffset names its half message", namesHalf);
+            if (!namesHalf) {
+                notHalf.add(decision + ": at preparedTransactionOffset " + m.getPreparedTransactionOffset() + ": "
+                    + Harness.describe(half));
+            }
+            meta.put(decision, fields);
         }
         h.put("properties", props);
         h.put("stored", meta);
@@ -185,6 +201,8 @@ public final class Transaction {
         }
         h.check("delivered to the queue the half was sent to, with its tags, keys, properties and msgId",
             wrong.isEmpty(), wrong);
+        h.check("each delivered message's preparedTransactionOffset is its half message's CommitLog offset",
+            notHalf.isEmpty() && meta.size() == 2, notHalf);
         producer.shutdown();
     }
 }
